@@ -1,0 +1,40 @@
+"""crs-bridge's scheduling engine: a re-implementation of Proxmox VE's cluster resource
+scheduler (crate ``proxmox-resource-scheduling`` 2.0.0 / 2.1.0).
+
+Layers: :mod:`~core.stats` (node and resource stats) -> :mod:`~core.usage` (the cluster model
+and its aggregated views) -> :mod:`~core.candidates` / :mod:`~core.whatif` -> :mod:`~core.scheduler`
+(imbalance, bruteforce, TOPSIS, start scoring), with the math in :mod:`~core.imbalance` and
+:mod:`~core.topsis`. :mod:`~core.modes` offers the binding's method surface per mode.
+"""
+
+from .candidates import CandidateBatch, CompactCandidate, Migration, MigrationCandidate, ScoredMigration
+from .errors import InvalidInputError, SchedulingError
+from .imbalance import FORMULAS, Formula, node_imbalance
+from .modes import DynamicScheduler, Scheduler, StaticScheduler, new_scheduler
+from .scheduler import METHODS, Method
+from .stats import NodeStats, ResourceStats
+from .usage import Aggregation, NodeView, Resource, Usage
+
+__all__ = [
+    "FORMULAS",
+    "METHODS",
+    "Aggregation",
+    "CandidateBatch",
+    "CompactCandidate",
+    "DynamicScheduler",
+    "Formula",
+    "InvalidInputError",
+    "Method",
+    "Migration",
+    "MigrationCandidate",
+    "NodeStats",
+    "NodeView",
+    "Resource",
+    "ResourceStats",
+    "SchedulingError",
+    "Scheduler",
+    "StaticScheduler",
+    "Usage",
+    "new_scheduler",
+    "node_imbalance",
+]

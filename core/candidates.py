@@ -1,0 +1,186 @@
+"""Migration candidates: the compact (bundle) form the HA manager builds, its expansion, and the
+columnar :class:`CandidateBatch` every scorer works on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .errors import InvalidInputError, SchedulingError
+from .limits import MAX_BYTES
+from .stats import ZERO_RESOURCE, ResourceStats
+from .usage import NodeView, Usage
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Migration:
+    """Move resource ``sid`` from ``source_node`` to ``target_node``. Orders as upstream:
+    by sid, then source, then target (code-point order, which is UTF-8 byte order)."""
+
+    sid: str
+    source_node: str
+    target_node: str
+
+    def to_wire(self) -> dict[str, str]:
+        return {"sid": self.sid, "source-node": self.source_node, "target-node": self.target_node}
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationCandidate:
+    """A concrete candidate: a migration and the stats that move with it (only ``cpu`` and
+    ``mem`` move in a what-if)."""
+
+    migration: Migration
+    stats: ResourceStats
+
+
+@dataclass(frozen=True, slots=True)
+class CompactCandidate:
+    """A bundle as the HA manager builds it: ``leader`` sid, all ``resources`` of the bundle
+    (leader included) and the allowed target ``nodes``, one candidate per target."""
+
+    leader: str
+    resources: tuple[str, ...]
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredMigration:
+    """A migration with the (truncated) node imbalance it would leave."""
+
+    migration: Migration
+    imbalance: float
+
+    def to_wire(self) -> dict:
+        return {"migration": self.migration.to_wire(), "imbalance": self.imbalance}
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateBatch:
+    """Expanded candidates as columns over a :class:`NodeView`, in expansion order.
+
+    Row i moves ``cpu[i]`` cores and ``mem[i]`` bytes of resource ``sids[sid_index[i]]`` from
+    node ``src[i]`` to node ``tgt[i]`` (indices into ``view.names``; always different nodes).
+    """
+
+    view: NodeView
+    sids: list[str]
+    sid_index: np.ndarray
+    src: np.ndarray
+    tgt: np.ndarray
+    cpu: np.ndarray
+    mem: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def migration(self, row: int) -> Migration:
+        names = self.view.names
+        return Migration(self.sids[self.sid_index[row]], names[self.src[row]], names[self.tgt[row]])
+
+    def sort_keys(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Ranks of (sid, source, target) for ``rows``, consistent with :class:`Migration` order."""
+        sid_rank = _ranks(self.sids)
+        node_rank = _ranks(self.view.names)
+        return sid_rank[self.sid_index[rows]], node_rank[self.src[rows]], node_rank[self.tgt[rows]]
+
+
+def _ranks(names: Sequence[str]) -> np.ndarray:
+    order = sorted(range(len(names)), key=names.__getitem__)
+    ranks = np.empty(len(names), dtype=np.int64)
+    ranks[order] = np.arange(len(names))
+    return ranks
+
+
+def _target_index(index: dict[str, int], target: str, source: int, field: str) -> int:
+    # Upstream accepts unknown targets and target == source and then scores nonsense
+    # (product decision 4: refuse both).
+    t = index.get(target)
+    if t is None:
+        raise InvalidInputError(field, f"target node '{target}' does not exist")
+    if t == source:
+        raise InvalidInputError(field, f"target node '{target}' is the source node")
+    return t
+
+
+def bundle_stats(usage: Usage, bundle: CompactCandidate) -> tuple[str, ResourceStats]:
+    """Validate a bundle as upstream does and return (leader's node, summed stats of the bundle).
+
+    Errors, in upstream's order and words: unknown or non-stationary leader, leader missing from
+    ``resources``, a member unknown, on another node, or non-stationary. Members listed twice
+    are counted twice, as upstream does.
+    """
+    leader = usage.resource(bundle.leader)
+    if leader is None:
+        raise SchedulingError(f"leader '{bundle.leader}' is not present in the cluster usage")
+    if leader.is_moving:
+        raise SchedulingError(f"leader '{bundle.leader}' is non-stationary")
+    if bundle.leader not in bundle.resources:
+        raise SchedulingError(f"leader '{bundle.leader}' is not present in the resources list")
+    total = ZERO_RESOURCE
+    for sid in bundle.resources:
+        member = usage.resource(sid)
+        if member is None:
+            raise SchedulingError(f"resource '{sid}' is not present in the cluster usage")
+        if member.is_moving:
+            raise SchedulingError(f"resource '{sid}' is non-stationary")
+        if member.current != leader.current:
+            raise SchedulingError(f"resource '{sid}' is on other node than leader")
+        total = total + member.stats
+    return leader.current, total
+
+
+def expand_compact(usage: Usage, view: NodeView, compact: Sequence[CompactCandidate]) -> CandidateBatch:
+    """Expand bundles into one candidate per allowed target, in bundle then ``nodes`` order.
+
+    Any invalid bundle or target fails the whole call (no partial result).
+    """
+    index = view.index()
+    sids, sid_index, src, tgt, cpu, mem = [], [], [], [], [], []
+    for i, bundle in enumerate(compact):
+        source_name, stats = bundle_stats(usage, bundle)
+        if stats.mem > MAX_BYTES:
+            raise InvalidInputError(f"candidates[{i}].resources", f"bundle memory exceeds {MAX_BYTES} bytes")
+        source = index[source_name]
+        targets = [
+            _target_index(index, name, source, f"candidates[{i}].nodes[{k}]") for k, name in enumerate(bundle.nodes)
+        ]
+        sid_index.extend([len(sids)] * len(targets))
+        sids.append(bundle.leader)
+        src.extend([source] * len(targets))
+        tgt.extend(targets)
+        cpu.extend([stats.cpu] * len(targets))
+        mem.extend([stats.mem] * len(targets))
+    return _batch(view, sids, sid_index, src, tgt, cpu, mem)
+
+
+def batch_from_candidates(view: NodeView, candidates: Sequence[MigrationCandidate]) -> CandidateBatch:
+    """Columnar form of already expanded candidates; source and target must be known, different nodes."""
+    index = view.index()
+    sid_of: dict[str, int] = {}
+    sid_index, src, tgt, cpu, mem = [], [], [], [], []
+    for i, cand in enumerate(candidates):
+        mig = cand.migration
+        s = index.get(mig.source_node)
+        if s is None:
+            raise InvalidInputError(f"candidates[{i}].source-node", f"source node '{mig.source_node}' does not exist")
+        tgt.append(_target_index(index, mig.target_node, s, f"candidates[{i}].target-node"))
+        src.append(s)
+        sid_index.append(sid_of.setdefault(mig.sid, len(sid_of)))
+        cpu.append(cand.stats.cpu)
+        mem.append(cand.stats.mem)
+    return _batch(view, list(sid_of), sid_index, src, tgt, cpu, mem)
+
+
+def _batch(view, sids, sid_index, src, tgt, cpu, mem) -> CandidateBatch:
+    return CandidateBatch(
+        view=view,
+        sids=sids,
+        sid_index=np.array(sid_index, dtype=np.int64),
+        src=np.array(src, dtype=np.int64),
+        tgt=np.array(tgt, dtype=np.int64),
+        cpu=np.array(cpu, dtype=np.float64),
+        mem=np.array(mem, dtype=np.int64),
+    )

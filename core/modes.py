@@ -1,0 +1,150 @@
+"""Scheduler objects with the binding's method surface: :class:`StaticScheduler` mirrors
+``PVE::RS::ResourceScheduling::Static``, :class:`DynamicScheduler` mirrors ``::Dynamic``.
+
+Each holds one :class:`Usage` and an imbalance formula; every query aggregates a fresh view
+(nothing is cached), exactly as upstream does.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence, Union
+
+from .candidates import (
+    CandidateBatch,
+    CompactCandidate,
+    MigrationCandidate,
+    ScoredMigration,
+    batch_from_candidates,
+    expand_compact,
+)
+from .imbalance import Formula, check_formula
+from .scheduler import (
+    Method,
+    calculate_node_imbalance,
+    score_migrations,
+    score_nodes_to_start,
+    select_best_migration,
+)
+from .stats import NodeStats, ResourceStats
+from .usage import Aggregation, NodeView, Resource, Usage
+
+Candidates = Sequence[Union[CompactCandidate, MigrationCandidate]]
+
+
+class Scheduler:
+    """Common part of both modes: nodes, imbalance and migration scoring."""
+
+    mode: str
+    #: Aggregation for imbalance and migration scoring, and for start scoring.
+    balance_view: Aggregation
+    start_view: Aggregation
+
+    def __init__(self, formula: Formula = "normalized") -> None:
+        self.formula = check_formula(formula)
+        self.usage = Usage()
+
+    def remove_node(self, nodename: str) -> None:
+        """Remove a node (no-op when unknown); see :meth:`Usage.remove_node`."""
+        self.usage.remove_node(nodename)
+
+    def list_nodes(self) -> list[str]:
+        """Node names in insertion order."""
+        return self.usage.node_names()
+
+    def contains_node(self, nodename: str) -> bool:
+        return self.usage.contains_node(nodename)
+
+    def view(self, aggregation: Aggregation | None = None) -> NodeView:
+        return self.usage.view(aggregation or self.balance_view)
+
+    def calculate_node_imbalance(self) -> float:
+        """Imbalance of the current node loads (fraction; formula of this scheduler)."""
+        return calculate_node_imbalance(self.view(), self.formula)
+
+    def candidate_batch(self, candidates: Candidates) -> CandidateBatch:
+        """Expand compact candidates (or take expanded ones) over the balancing view."""
+        view = self.view()
+        if candidates and isinstance(candidates[0], MigrationCandidate):
+            return batch_from_candidates(view, candidates)  # type: ignore[arg-type]
+        return expand_compact(self.usage, view, candidates)  # type: ignore[arg-type]
+
+    def score_best_balancing_migration_candidates(self, candidates: Candidates, limit: int) -> list[ScoredMigration]:
+        """Bruteforce: the ``limit`` migrations leaving the lowest imbalance, best first."""
+        return score_migrations(self.candidate_batch(candidates), limit, "bruteforce", self.formula)
+
+    def score_best_balancing_migration_candidates_topsis(self, candidates: Candidates, limit: int) -> list[ScoredMigration]:
+        """TOPSIS: the first ``limit`` migrations in TOPSIS rank order."""
+        return score_migrations(self.candidate_batch(candidates), limit, "topsis", self.formula)
+
+    def select_best_balancing_migration(
+        self, candidates: Candidates, imbalance_threshold: float | None = None, method: Method = "bruteforce"
+    ) -> ScoredMigration | None:
+        """Extra (product decision 5): see :func:`core.scheduler.select_best_migration`."""
+        return select_best_migration(self.candidate_batch(candidates), method, self.formula, imbalance_threshold)
+
+    def select_best_balancing_migration_topsis(self, candidates: Candidates) -> ScoredMigration | None:
+        """Extra: the TOPSIS-best migration, or None."""
+        return self.select_best_balancing_migration(candidates, None, "topsis")
+
+    def _start_scores(self, stats: ResourceStats) -> list[tuple[str, float]]:
+        return score_nodes_to_start(self.view(self.start_view), stats)
+
+
+class StaticScheduler(Scheduler):
+    """Static mode: nodes by capacity only; every resource counts at its configured limits."""
+
+    mode = "static"
+    balance_view = Aggregation.STARTED
+    start_view = Aggregation.STARTED
+
+    def add_node(self, nodename: str, maxcpu: int, maxmem: int) -> None:
+        """Add a node with ``maxcpu`` cores and ``maxmem`` bytes and no base usage."""
+        self.usage.add_node(nodename, NodeStats.checked(0.0, maxcpu, 0, maxmem, where="node"))
+
+    def add_service(self, sid: str, stats: ResourceStats, running: bool, current: str, target: str | None = None) -> None:
+        """Add a service (``stats`` from :meth:`ResourceStats.static`); moving when ``target`` is set."""
+        self.usage.add_resource(sid, Resource(stats, bool(running), current, target))
+
+    def add_service_usage_to_node(self, nodename: str, sid: str, stats: ResourceStats) -> None:
+        """Legacy add; see :meth:`Usage.add_resource_usage_to_node`."""
+        self.usage.add_resource_usage_to_node(nodename, sid, stats)
+
+    def remove_service_usage(self, sid: str) -> None:
+        self.usage.remove_resource(sid)
+
+    def score_nodes_to_start_service(self, stats: ResourceStats) -> list[tuple[str, float]]:
+        """``[(node, score)]`` in node order for starting a service with static ``stats``."""
+        return self._start_scores(stats)
+
+
+class DynamicScheduler(Scheduler):
+    """Dynamic mode: nodes carry measured usage; resources only matter for start scoring."""
+
+    mode = "dynamic"
+    balance_view = Aggregation.IDENTITY
+    start_view = Aggregation.STARTING_AS_STARTED
+
+    def add_node(self, nodename: str, stats: NodeStats) -> None:
+        """Add a node with measured ``stats`` (cores and bytes in use, capacities)."""
+        self.usage.add_node(nodename, stats)
+
+    def add_resource(self, sid: str, stats: ResourceStats, running: bool, current: str, target: str | None = None) -> None:
+        """Add a resource with measured ``stats``; moving when ``target`` is set."""
+        self.usage.add_resource(sid, Resource(stats, bool(running), current, target))
+
+    def remove_resource(self, sid: str) -> None:
+        self.usage.remove_resource(sid)
+
+    def score_nodes_to_start_resource(self, stats: ResourceStats) -> list[tuple[str, float]]:
+        """``[(node, score)]`` in node order for starting a resource with dynamic ``stats``."""
+        return self._start_scores(stats)
+
+
+def new_scheduler(mode: str, formula: Formula = "normalized") -> Scheduler:
+    """A fresh scheduler for ``mode`` 'static' or 'dynamic'."""
+    from .errors import InvalidInputError
+
+    classes = {"static": StaticScheduler, "dynamic": DynamicScheduler}
+    if mode not in classes:
+        raise InvalidInputError("mode", f"must be 'static' or 'dynamic', got {mode!r}")
+    return classes[mode](formula)

@@ -1,0 +1,238 @@
+"""Scoring on a :class:`NodeView`: node imbalance, best balancing migrations (bruteforce and
+TOPSIS) and nodes to start a resource on.
+
+Speed (product decision 6): a migration changes two node loads, so bruteforce bounds every
+candidate's imbalance in O(1) after O(N) preparation, then recomputes exactly (left-to-right, as
+the reference does) only the candidates that can still reach the top ``limit``. TOPSIS needs the
+criteria of all candidates; their sums over nodes are formed exactly, vectorised over candidates.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+from .candidates import CandidateBatch, ScoredMigration
+from .errors import InvalidInputError
+from .imbalance import Formula, imbalance_bounds, imbalance_from_sums, node_imbalance, truncate
+from .stats import ResourceStats
+from .topsis import load_criteria, topsis_rank, topsis_scores
+from .usage import NodeView
+from .whatif import WhatIf, exact_load_sums, exact_square_sums, what_if
+
+Method = Literal["bruteforce", "topsis"]
+METHODS: tuple[Method, ...] = ("bruteforce", "topsis")
+
+#: Below this many candidates the exact computation of all is cheaper than bounding first.
+_EXACT_ALL_BELOW = 64
+
+
+def check_limit(limit: object) -> int:
+    """Return ``limit`` if it is a non-negative integer (any size: it is never allocated for)."""
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        if isinstance(limit, float) and limit.is_integer() and limit >= 0:
+            return int(limit)
+        raise InvalidInputError("limit", f"must be a non-negative integer, got {limit!r}")
+    if limit < 0:
+        raise InvalidInputError("limit", f"must be a non-negative integer, got {limit}")
+    return limit
+
+
+def check_method(method: str) -> Method:
+    if method not in METHODS:
+        raise InvalidInputError("method", f"must be 'bruteforce' or 'topsis', got {method!r}")
+    return method  # type: ignore[return-value]
+
+
+def calculate_node_imbalance(view: NodeView, formula: Formula = "normalized") -> float:
+    """Imbalance of the view's node loads (see :func:`core.imbalance.node_imbalance`)."""
+    return node_imbalance(view.loads().tolist(), formula)
+
+
+def exact_imbalances(w: WhatIf, rows: np.ndarray, formula: Formula) -> np.ndarray:
+    """Truncated what-if imbalance of candidate ``rows``, exactly as one-at-a-time computation."""
+    loads = w.batch.view.loads()
+    total, squares = exact_load_sums(loads, w, rows)
+    return truncate(imbalance_from_sums(total, squares, len(loads), formula))
+
+
+def _ordered(batch: CandidateBatch, rows: np.ndarray, imbalances: np.ndarray) -> np.ndarray:
+    """Positions into ``rows`` sorted by (imbalance, sid, source, target)."""
+    sid, src, tgt = batch.sort_keys(rows)
+    return np.lexsort((tgt, src, sid, imbalances))
+
+
+def _scored(batch: CandidateBatch, rows: np.ndarray, imbalances: np.ndarray) -> list[ScoredMigration]:
+    return [ScoredMigration(batch.migration(int(r)), float(v)) for r, v in zip(rows, imbalances)]
+
+
+def _contenders(w: WhatIf, k: int, formula: Formula) -> np.ndarray:
+    """Rows that can still be among the ``k`` best: every row whose lower bound is not above
+    the k-th smallest upper bound (bounds truncated, as the values they bound will be)."""
+    count = len(w.batch)
+    if count <= max(_EXACT_ALL_BELOW, 2 * k):
+        return np.arange(count)
+    view = w.batch.view
+    lo, hi = imbalance_bounds(view.loads(), w.batch.src, w.load_src, w.batch.tgt, w.load_tgt, formula)
+    lo, hi = truncate(lo), truncate(hi)
+    cut = np.partition(hi, k - 1)[k - 1]
+    return np.flatnonzero(lo <= cut)
+
+
+def score_bruteforce(batch: CandidateBatch, limit: int, formula: Formula = "normalized") -> list[ScoredMigration]:
+    """The ``limit`` candidates leaving the lowest imbalance, best first.
+
+    Ties in the truncated imbalance go by (sid, source node, target node). ``limit`` 0 gives
+    [], a ``limit`` beyond the count gives all.
+    """
+    k = min(check_limit(limit), len(batch))
+    if k == 0:
+        return []
+    w = what_if(batch)
+    rows = _contenders(w, k, formula)
+    values = exact_imbalances(w, rows, formula)
+    best = _ordered(batch, rows, values)[:k]
+    return _scored(batch, rows[best], values[best])
+
+
+def topsis_order(w: WhatIf) -> np.ndarray:
+    """All candidate rows ranked by TOPSIS over the what-if cpu and memory loads, best first."""
+    batch = w.batch
+    view = batch.view
+    n = len(view)
+    cpu, mem = view.cpu_loads(), view.mem_loads()
+    a, b = batch.src, batch.tgt
+    matrix = load_criteria(
+        exact_square_sums(cpu, a, w.cpu_src, b, w.cpu_tgt),
+        _max_with_two_replaced(cpu, a, w.cpu_src, b, w.cpu_tgt),
+        exact_square_sums(mem, a, w.mem_src, b, w.mem_tgt),
+        _max_with_two_replaced(mem, a, w.mem_src, b, w.mem_tgt),
+        n,
+    )
+    return topsis_rank(topsis_scores(matrix))
+
+
+def _max_with_two_replaced(values: np.ndarray, a: np.ndarray, va: np.ndarray, b: np.ndarray, vb: np.ndarray) -> np.ndarray:
+    """Per row, the maximum of ``values`` with positions a/b replaced by va/vb (exact: max does
+    not round). Only the three largest base values can be the maximum of the others."""
+    top = np.argsort(-values, kind="stable")[:3]
+    others = np.zeros(len(a))
+    found = np.zeros(len(a), dtype=bool)
+    for idx in top:
+        usable = ~found & (a != idx) & (b != idx)
+        others[usable] = values[idx]
+        found |= usable
+    return np.maximum(np.maximum(others, va), vb)
+
+
+def score_topsis(batch: CandidateBatch, limit: int, formula: Formula = "normalized") -> list[ScoredMigration]:
+    """The first ``limit`` candidates in TOPSIS rank order, each with its truncated what-if
+    imbalance (not re-sorted by it). Ties in score keep expansion order."""
+    k = min(check_limit(limit), len(batch))
+    if k == 0:
+        return []
+    w = what_if(batch)
+    rows = topsis_order(w)[:k]
+    return _scored(batch, rows, exact_imbalances(w, rows, formula))
+
+
+def score_migrations(
+    batch: CandidateBatch, limit: int, method: Method = "bruteforce", formula: Formula = "normalized"
+) -> list[ScoredMigration]:
+    """Dispatch to :func:`score_bruteforce` or :func:`score_topsis`."""
+    scorer = score_topsis if check_method(method) == "topsis" else score_bruteforce
+    return scorer(batch, limit, formula)
+
+
+def select_best_migration(
+    batch: CandidateBatch,
+    method: Method = "bruteforce",
+    formula: Formula = "normalized",
+    imbalance_threshold: float | None = None,
+) -> ScoredMigration | None:
+    """One migration, or None without candidates (product decision 5).
+
+    With ``imbalance_threshold`` (bruteforce only): the first candidate in input order whose
+    truncated imbalance is <= the threshold; if there is none, the best. Without: the best.
+    """
+    if imbalance_threshold is not None:
+        threshold = _check_threshold(imbalance_threshold)
+        if check_method(method) != "bruteforce":
+            raise InvalidInputError("imbalance_threshold", "applies to method 'bruteforce' only")
+        first = _first_within(batch, threshold, formula)
+        if first is not None:
+            return first
+    best = score_migrations(batch, 1, method, formula)
+    return best[0] if best else None
+
+
+def _check_threshold(threshold: object) -> float:
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold >= 0.0:
+        raise InvalidInputError("imbalance_threshold", f"must be a number >= 0 or null, got {threshold!r}")
+    if threshold == float("inf"):
+        raise InvalidInputError("imbalance_threshold", "must be finite")
+    return float(threshold)
+
+
+def _first_within(batch: CandidateBatch, threshold: float, formula: Formula) -> ScoredMigration | None:
+    """First candidate (input order) whose exact truncated imbalance is <= ``threshold``."""
+    if len(batch) == 0:
+        return None
+    w = what_if(batch)
+    if len(batch) <= _EXACT_ALL_BELOW:
+        maybe = np.arange(len(batch))
+    else:
+        view = batch.view
+        lo, _ = imbalance_bounds(view.loads(), batch.src, w.load_src, batch.tgt, w.load_tgt, formula)
+        maybe = np.flatnonzero(truncate(lo) <= threshold)
+    # Check the possible rows in input order, a block at a time: usually the first one holds.
+    for start in range(0, len(maybe), 256):
+        rows = maybe[start : start + 256]
+        values = exact_imbalances(w, rows, formula)
+        hits = np.flatnonzero(values <= threshold)
+        if len(hits):
+            row = int(rows[hits[0]])
+            return ScoredMigration(batch.migration(row), float(values[hits[0]]))
+    return None
+
+
+def score_nodes_to_start(view: NodeView, stats: ResourceStats) -> list[tuple[str, float]]:
+    """Score every node for starting a resource with ``stats`` there, in node order, in [0, 1],
+    higher is better. One node scores 0.0; identical alternatives all score 0.0.
+
+    Alternative X adds the resource at its limits to node X only (``maxcpu`` 0.0 counts as X's
+    full core count); TOPSIS ranks the alternatives by the resulting cpu and memory loads.
+    """
+    n = len(view)
+    if n == 0:
+        return []
+    added_cpu = np.where(stats.maxcpu == 0.0, view.maxcpu, stats.maxcpu)
+    cpu, mem = view.cpu_loads(), view.mem_loads()
+    new_cpu = (view.cpu + added_cpu) / view.maxcpu
+    new_mem = (view.mem + stats.maxmem).astype(np.float64) / view.maxmem
+    x, none = np.arange(n), np.full(n, -1)
+    matrix = load_criteria(
+        exact_square_sums(cpu, x, new_cpu, none, new_cpu),
+        _max_with_two_replaced(cpu, x, new_cpu, none, new_cpu),
+        exact_square_sums(mem, x, new_mem, none, new_mem),
+        _max_with_two_replaced(mem, x, new_mem, none, new_mem),
+        n,
+    )
+    scores = topsis_scores(matrix)
+    return list(zip(view.names, map(float, scores)))
+
+
+__all__ = [
+    "METHODS",
+    "Method",
+    "calculate_node_imbalance",
+    "check_limit",
+    "check_method",
+    "score_bruteforce",
+    "score_migrations",
+    "score_nodes_to_start",
+    "score_topsis",
+    "select_best_migration",
+    "topsis_order",
+]

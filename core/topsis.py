@@ -1,0 +1,88 @@
+"""TOPSIS: rank alternatives by their relative closeness to the ideal solution.
+
+Used with four criteria, all minimised, built by :func:`load_criteria`: root mean square and
+maximum of the cpu loads and of the memory loads, each shifted by 1.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import numpy as np
+
+from .errors import SchedulingError
+
+#: Criteria (average cpu, highest cpu, average memory, highest memory) with upstream's raw
+#: weights; the sign says "minimise", the magnitude is normalised to sum 1.
+RAW_WEIGHTS = (-1.0, -2.0, -5.0, -10.0)
+WEIGHTS = np.array([abs(w) for w in RAW_WEIGHTS]) / sum(abs(w) for w in RAW_WEIGHTS)
+
+
+def rust_float(value: float) -> str:
+    """Format a float as Rust's ``Display`` does (``NaN``, ``inf``, never an exponent), so error
+    texts read as upstream's."""
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "inf" if value > 0 else "-inf"
+    text = format(Decimal(repr(value)), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def load_criteria(sum_sq_cpu, max_cpu, sum_sq_mem, max_mem, n: int) -> np.ndarray:
+    """The (rows x 4) criteria matrix from per-row sums of squared loads and maximum loads.
+
+    ``1 + sqrt(sum / n)`` for the averages, ``1 + max`` for the highest loads (the maximum is
+    taken with 0.0, as upstream starts its running maximum there).
+    """
+    return np.column_stack(
+        (
+            1.0 + np.sqrt(sum_sq_cpu / n),
+            1.0 + np.maximum(max_cpu, 0.0),
+            1.0 + np.sqrt(sum_sq_mem / n),
+            1.0 + np.maximum(max_mem, 0.0),
+        )
+    )
+
+
+def topsis_scores(matrix: np.ndarray, weights: np.ndarray = WEIGHTS) -> np.ndarray:
+    """Closeness score in [0, 1] of each row (higher is better), every criterion minimised.
+
+    Columns are divided by their L2 norm (a zero column stays as is); a row identical to all
+    others, or a single row, scores 0.0. Errors as upstream: ``criterion <j> got invalid value
+    <v>`` for a non-finite normalised entry, ``invalid score <s>`` for a non-finite score.
+    """
+    rows, columns = matrix.shape
+    if rows == 0:
+        return np.zeros(0)
+    normalised = np.empty_like(matrix)
+    for j in range(columns):
+        column = matrix[:, j]
+        norm = np.sqrt(np.cumsum(column * column)[-1])
+        normalised[:, j] = column / norm if norm != 0.0 else column
+        bad = ~np.isfinite(normalised[:, j])
+        if bad.any():
+            value = normalised[np.argmax(bad), j]
+            raise SchedulingError(f"criterion {j} got invalid value {rust_float(value)}")
+    best, worst = normalised.min(axis=0), normalised.max(axis=0)
+    to_best, to_worst = _distance(normalised, best, weights), _distance(normalised, worst, weights)
+    both = to_worst + to_best
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scores = np.where(both == 0.0, 0.0, to_worst / both)
+    bad = ~np.isfinite(scores)
+    if bad.any():
+        raise SchedulingError(f"invalid score {rust_float(scores[np.argmax(bad)])}")
+    return scores
+
+
+def _distance(normalised: np.ndarray, ideal: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    total = np.zeros(normalised.shape[0])
+    for j in range(normalised.shape[1]):
+        d = weights[j] * (normalised[:, j] - ideal[j])
+        total += d * d
+    return np.sqrt(total)
+
+
+def topsis_rank(scores: np.ndarray) -> np.ndarray:
+    """Row indices by score, best first; ties keep input order."""
+    return np.argsort(-scores, kind="stable")

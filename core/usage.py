@@ -1,0 +1,234 @@
+"""The cluster usage model: nodes, resources and where each resource is placed.
+
+Mirrors upstream's ``Usage`` with two deliberate differences (spec README):
+nodes and each node's resources keep insertion order (decision 3), and a failed operation
+changes nothing (upstream loses the resource on the legacy "already moving" error).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Iterable
+
+import numpy as np
+
+from .errors import InvalidInputError, SchedulingError
+from .limits import MAX_BYTES
+from .stats import NodeStats, ResourceStats, add_started
+
+
+def check_name(field: str, name: object) -> str:
+    """Return ``name`` if it is a non-empty string (node names and sids)."""
+    if not isinstance(name, str):
+        raise InvalidInputError(field, f"must be a string, got {type(name).__name__}")
+    if not name:
+        raise InvalidInputError(field, "must not be empty")
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """A resource (guest) in the usage: its stats, whether it runs, and its placement.
+
+    ``running`` False means *starting*. ``target`` set means the resource is moving from
+    ``current`` to ``target`` and loads both nodes.
+    """
+
+    stats: ResourceStats
+    running: bool
+    current: str
+    target: str | None = None
+
+    @property
+    def is_moving(self) -> bool:
+        return self.target is not None
+
+    def nodes(self) -> tuple[str, ...]:
+        """The nodes this resource loads: its current node, and its target when moving."""
+        return (self.current,) if self.target is None else (self.current, self.target)
+
+
+class Aggregation(Enum):
+    """How resources are folded into node stats to form the scheduler's view of the cluster."""
+
+    #: Static mode: base stats plus every resource at its limits (add_started).
+    STARTED = "started"
+    #: Dynamic mode: the measured node stats as they are; resources are not added.
+    IDENTITY = "identity"
+    #: Dynamic start scoring: measured stats plus the *starting* resources at their limits.
+    STARTING_AS_STARTED = "starting-as-started"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """Aggregated node stats as arrays in node order; what every scoring function works on.
+
+    ``cpu`` cores (float64), ``maxcpu`` cores (float64), ``mem`` bytes (int64), ``maxmem``
+    bytes (float64, the divisor of the memory load).
+    """
+
+    names: tuple[str, ...]
+    cpu: np.ndarray
+    maxcpu: np.ndarray
+    mem: np.ndarray
+    maxmem: np.ndarray
+
+    @classmethod
+    def from_stats(cls, names: Iterable[str], stats: Iterable[NodeStats]) -> NodeView:
+        names, stats = tuple(names), list(stats)
+        for name, s in zip(names, stats):
+            if s.mem > MAX_BYTES:
+                raise InvalidInputError(f"node '{name}'.mem", f"aggregated usage exceeds {MAX_BYTES} bytes")
+        return cls(
+            names=names,
+            cpu=np.array([s.cpu for s in stats], dtype=np.float64),
+            maxcpu=np.array([s.maxcpu for s in stats], dtype=np.float64),
+            mem=np.array([s.mem for s in stats], dtype=np.int64),
+            maxmem=np.array([s.maxmem for s in stats], dtype=np.float64),
+        )
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def index(self) -> dict[str, int]:
+        """Map node name -> position in the view."""
+        return {name: i for i, name in enumerate(self.names)}
+
+    def cpu_loads(self) -> np.ndarray:
+        """Per-node cpu load (fraction)."""
+        return self.cpu / self.maxcpu
+
+    def mem_loads(self) -> np.ndarray:
+        """Per-node memory load (fraction)."""
+        return self.mem.astype(np.float64) / self.maxmem
+
+    def loads(self) -> np.ndarray:
+        """Per-node load: mean of cpu and memory load (fraction)."""
+        return (self.cpu_loads() + self.mem_loads()) / 2.0
+
+
+class _Node:
+    __slots__ = ("stats", "sids")
+
+    def __init__(self, stats: NodeStats) -> None:
+        self.stats = stats
+        self.sids: dict[str, None] = {}  # an ordered set
+
+
+class Usage:
+    """Nodes with their base stats, resources with their placement; both in insertion order."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, _Node] = {}
+        self._resources: dict[str, Resource] = {}
+
+    # -- nodes -------------------------------------------------------------------------
+
+    def add_node(self, name: str, stats: NodeStats) -> None:
+        """Add a node. Error ``node '<name>' already exists``."""
+        check_name("nodename", name)
+        if name in self._nodes:
+            raise SchedulingError(f"node '{name}' already exists")
+        self._nodes[name] = _Node(stats)
+
+    def remove_node(self, name: str) -> None:
+        """Remove a node; never fails. Its stationary resources go; moving ones stay on the other node."""
+        node = self._nodes.pop(name, None)
+        if node is None:
+            return
+        for sid in node.sids:
+            res = self._resources[sid]
+            if res.target is None:
+                del self._resources[sid]
+            else:
+                other = res.target if res.current == name else res.current
+                self._resources[sid] = Resource(res.stats, res.running, other)
+
+    def node_names(self) -> list[str]:
+        """Node names in insertion order."""
+        return list(self._nodes)
+
+    def contains_node(self, name: str) -> bool:
+        return name in self._nodes
+
+    def node_stats(self, name: str) -> NodeStats:
+        """Base stats of a node (KeyError if unknown)."""
+        return self._nodes[name].stats
+
+    # -- resources ---------------------------------------------------------------------
+
+    def resource(self, sid: str) -> Resource | None:
+        return self._resources.get(sid)
+
+    def resources(self) -> dict[str, Resource]:
+        """sid -> Resource in insertion order (a copy)."""
+        return dict(self._resources)
+
+    def check_resource(self, sid: str, resource: Resource) -> None:
+        """Raise upstream's error for adding ``resource`` as ``sid``, in upstream's order of checks."""
+        check_name("sid", sid)
+        if sid in self._resources:
+            raise SchedulingError(f"resource '{sid}' already exists")
+        self._check_placement(sid, resource)
+
+    def _check_placement(self, sid: str, resource: Resource) -> None:
+        if resource.target is None:
+            if resource.current not in self._nodes:
+                raise SchedulingError(f"current node for resource '{sid}' does not exist")
+        elif resource.current == resource.target:
+            raise SchedulingError(f"resource '{sid}' has the same current and target node")
+        elif resource.current not in self._nodes or resource.target not in self._nodes:
+            raise SchedulingError(f"nodes for resource '{sid}' do not exist")
+
+    def add_resource(self, sid: str, resource: Resource) -> None:
+        """Add a resource to its node(s). Errors as upstream: duplicate sid, unknown nodes, same nodes."""
+        self.check_resource(sid, resource)
+        self._resources[sid] = resource
+        for name in resource.nodes():
+            self._nodes[name].sids[sid] = None
+
+    def remove_resource(self, sid: str) -> None:
+        """Remove a resource from its node(s); never fails (unknown sid is a no-op)."""
+        res = self._resources.pop(sid, None)
+        if res is not None:
+            for name in res.nodes():
+                self._nodes[name].sids.pop(sid, None)
+
+    def add_resource_usage_to_node(self, nodename: str, sid: str, stats: ResourceStats) -> None:
+        """Legacy add (Static's ``add_service_usage_to_node``).
+
+        Unknown sid: added as started and stationary on ``nodename``. Known stationary sid:
+        becomes moving from its current node to ``nodename`` with its *original* stats
+        (``stats`` is ignored). Known moving sid: error ``resource '<sid>' is already moving to
+        target node '<target>'``. On any error nothing changes.
+        """
+        existing = self._resources.get(sid)
+        if existing is None:
+            self.add_resource(sid, Resource(stats, True, nodename))
+            return
+        if existing.target is not None:
+            raise SchedulingError(f"resource '{sid}' is already moving to target node '{existing.target}'")
+        moving = Resource(existing.stats, existing.running, existing.current, nodename)
+        self._check_placement(sid, moving)
+        # Upstream takes the resource out and adds it again, so it moves to the end of its
+        # current node's resource order.
+        self.remove_resource(sid)
+        self.add_resource(sid, moving)
+
+    # -- views -------------------------------------------------------------------------
+
+    def view(self, aggregation: Aggregation) -> NodeView:
+        """Aggregate node stats (see :class:`Aggregation`) into a :class:`NodeView` in node order."""
+        stats = [self._aggregate(node, aggregation) for node in self._nodes.values()]
+        return NodeView.from_stats(self._nodes, stats)
+
+    def _aggregate(self, node: _Node, aggregation: Aggregation) -> NodeStats:
+        stats = node.stats
+        if aggregation is Aggregation.IDENTITY:
+            return stats
+        for sid in node.sids:
+            res = self._resources[sid]
+            if aggregation is Aggregation.STARTED or not res.running:
+                stats = add_started(stats, res.stats)
+        return stats
