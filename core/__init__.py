@@ -32,6 +32,7 @@ __all__ = [
     "Resource",
     "ResourceStats",
     "SchedulingError",
+    "ScoredMigration",
     "Scheduler",
     "StaticScheduler",
     "Usage",

@@ -3,8 +3,8 @@ columnar :class:`CandidateBatch` every scorer works on."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -94,15 +94,19 @@ def _ranks(names: Sequence[str]) -> np.ndarray:
     return ranks
 
 
-def _target_index(index: dict[str, int], target: str, source: int, field: str) -> int:
-    # Upstream accepts unknown targets and target == source and then scores nonsense
-    # (product decision 4: refuse both).
-    t = index.get(target)
-    if t is None:
-        raise InvalidInputError(field, f"target node '{target}' does not exist")
-    if t == source:
-        raise InvalidInputError(field, f"target node '{target}' is the source node")
-    return t
+def _check_targets(compact: Sequence[CompactCandidate], counts: list[int], src: np.ndarray, tgt: np.ndarray) -> None:
+    """Refuse unknown targets and targets equal to the source (product decision 4: upstream
+    accepts both and then scores nonsense). ``tgt`` is -1 for unknown names."""
+    bad = np.flatnonzero((tgt < 0) | (tgt == src))
+    if len(bad) == 0:
+        return
+    row = int(bad[0])
+    starts = np.cumsum([0, *counts])
+    i = int(np.searchsorted(starts, row, side="right")) - 1
+    k = row - int(starts[i])
+    name = compact[i].nodes[k]
+    problem = f"target node '{name}' does not exist" if tgt[row] < 0 else f"target node '{name}' is the source node"
+    raise InvalidInputError(f"candidates[{i}].nodes[{k}]", problem)
 
 
 def bundle_stats(usage: Usage, bundle: CompactCandidate) -> tuple[str, ResourceStats]:
@@ -135,25 +139,39 @@ def bundle_stats(usage: Usage, bundle: CompactCandidate) -> tuple[str, ResourceS
 def expand_compact(usage: Usage, view: NodeView, compact: Sequence[CompactCandidate]) -> CandidateBatch:
     """Expand bundles into one candidate per allowed target, in bundle then ``nodes`` order.
 
-    Any invalid bundle or target fails the whole call (no partial result).
+    Any invalid bundle or target fails the whole call (no partial result); errors come in
+    bundle order, a bundle's own errors before those of its targets.
     """
     index = view.index()
-    sids, sid_index, src, tgt, cpu, mem = [], [], [], [], [], []
-    for i, bundle in enumerate(compact):
-        source_name, stats = bundle_stats(usage, bundle)
-        if stats.mem > MAX_BYTES:
-            raise InvalidInputError(f"candidates[{i}].resources", f"bundle memory exceeds {MAX_BYTES} bytes")
-        source = index[source_name]
-        targets = [
-            _target_index(index, name, source, f"candidates[{i}].nodes[{k}]") for k, name in enumerate(bundle.nodes)
-        ]
-        sid_index.extend([len(sids)] * len(targets))
-        sids.append(bundle.leader)
-        src.extend([source] * len(targets))
-        tgt.extend(targets)
-        cpu.extend([stats.cpu] * len(targets))
-        mem.extend([stats.mem] * len(targets))
-    return _batch(view, sids, sid_index, src, tgt, cpu, mem)
+    sources: list[int] = []
+    cpu: list[float] = []
+    mem: list[int] = []
+    counts: list[int] = []
+    targets: list[str] = []
+    try:
+        for i, bundle in enumerate(compact):
+            source_name, stats = bundle_stats(usage, bundle)
+            if stats.mem > MAX_BYTES:
+                raise InvalidInputError(f"candidates[{i}].resources", f"bundle memory exceeds {MAX_BYTES} bytes")
+            sources.append(index[source_name])
+            cpu.append(stats.cpu)
+            mem.append(stats.mem)
+            counts.append(len(bundle.nodes))
+            targets.extend(bundle.nodes)
+    finally:
+        # Targets of the bundles before a failing one are checked first, to report errors in order.
+        src = np.repeat(np.array(sources, dtype=np.int64), counts)
+        tgt = np.array([index.get(name, -1) for name in targets], dtype=np.int64)
+        _check_targets(compact, counts, src, tgt)
+    return CandidateBatch(
+        view=view,
+        sids=[bundle.leader for bundle in compact],
+        sid_index=np.repeat(np.arange(len(counts), dtype=np.int64), counts),
+        src=src,
+        tgt=tgt,
+        cpu=np.repeat(np.array(cpu, dtype=np.float64), counts),
+        mem=np.repeat(np.array(mem, dtype=np.int64), counts),
+    )
 
 
 def batch_from_candidates(view: NodeView, candidates: Sequence[MigrationCandidate]) -> CandidateBatch:
@@ -166,8 +184,12 @@ def batch_from_candidates(view: NodeView, candidates: Sequence[MigrationCandidat
         s = index.get(mig.source_node)
         if s is None:
             raise InvalidInputError(f"candidates[{i}].source-node", f"source node '{mig.source_node}' does not exist")
-        tgt.append(_target_index(index, mig.target_node, s, f"candidates[{i}].target-node"))
+        t = index.get(mig.target_node)
+        if t is None or t == s:
+            problem = "does not exist" if t is None else "is the source node"
+            raise InvalidInputError(f"candidates[{i}].target-node", f"target node '{mig.target_node}' {problem}")
         src.append(s)
+        tgt.append(t)
         sid_index.append(sid_of.setdefault(mig.sid, len(sid_of)))
         cpu.append(cand.stats.cpu)
         mem.append(cand.stats.mem)

@@ -11,7 +11,8 @@ Every sum runs left to right in node order and squares are products, exactly as 
 from __future__ import annotations
 
 import math
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 

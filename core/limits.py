@@ -5,7 +5,8 @@ load, every square of a load and every sum of those stays finite (product decisi
 no overflow), and so that integer byte arithmetic fits NumPy's int64.
 """
 
-#: Largest accepted byte count (mem, maxmem), also for sums over a node or a bundle (4 EiB; two of them still add up within int64).
+#: Largest accepted byte count (mem, maxmem), also for sums over a node or a bundle: 4 EiB,
+#: so that two of them still add up within int64.
 MAX_BYTES = 2**62 - 1
 
 #: Largest accepted core count (cpu, maxcpu): 2**53, the last integer a float holds exactly.

@@ -7,7 +7,7 @@ Each holds one :class:`Usage` and an imbalance formula; every query aggregates a
 
 from __future__ import annotations
 
-from typing import Sequence, Union
+from collections.abc import Sequence
 
 from .candidates import (
     CandidateBatch,
@@ -28,7 +28,7 @@ from .scheduler import (
 from .stats import NodeStats, ResourceStats
 from .usage import Aggregation, NodeView, Resource, Usage
 
-Candidates = Sequence[Union[CompactCandidate, MigrationCandidate]]
+Candidates = Sequence[CompactCandidate | MigrationCandidate]
 
 
 class Scheduler:
@@ -72,7 +72,9 @@ class Scheduler:
         """Bruteforce: the ``limit`` migrations leaving the lowest imbalance, best first."""
         return score_migrations(self.candidate_batch(candidates), limit, "bruteforce", self.formula)
 
-    def score_best_balancing_migration_candidates_topsis(self, candidates: Candidates, limit: int) -> list[ScoredMigration]:
+    def score_best_balancing_migration_candidates_topsis(
+        self, candidates: Candidates, limit: int
+    ) -> list[ScoredMigration]:
         """TOPSIS: the first ``limit`` migrations in TOPSIS rank order."""
         return score_migrations(self.candidate_batch(candidates), limit, "topsis", self.formula)
 
@@ -101,7 +103,9 @@ class StaticScheduler(Scheduler):
         """Add a node with ``maxcpu`` cores and ``maxmem`` bytes and no base usage."""
         self.usage.add_node(nodename, NodeStats.checked(0.0, maxcpu, 0, maxmem, where="node"))
 
-    def add_service(self, sid: str, stats: ResourceStats, running: bool, current: str, target: str | None = None) -> None:
+    def add_service(
+        self, sid: str, stats: ResourceStats, running: bool, current: str, target: str | None = None
+    ) -> None:
         """Add a service (``stats`` from :meth:`ResourceStats.static`); moving when ``target`` is set."""
         self.usage.add_resource(sid, Resource(stats, bool(running), current, target))
 
@@ -128,7 +132,9 @@ class DynamicScheduler(Scheduler):
         """Add a node with measured ``stats`` (cores and bytes in use, capacities)."""
         self.usage.add_node(nodename, stats)
 
-    def add_resource(self, sid: str, stats: ResourceStats, running: bool, current: str, target: str | None = None) -> None:
+    def add_resource(
+        self, sid: str, stats: ResourceStats, running: bool, current: str, target: str | None = None
+    ) -> None:
         """Add a resource with measured ``stats``; moving when ``target`` is set."""
         self.usage.add_resource(sid, Resource(stats, bool(running), current, target))
 

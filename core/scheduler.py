@@ -113,7 +113,9 @@ def topsis_order(w: WhatIf) -> np.ndarray:
     return topsis_rank(topsis_scores(matrix))
 
 
-def _max_with_two_replaced(values: np.ndarray, a: np.ndarray, va: np.ndarray, b: np.ndarray, vb: np.ndarray) -> np.ndarray:
+def _max_with_two_replaced(
+    values: np.ndarray, a: np.ndarray, va: np.ndarray, b: np.ndarray, vb: np.ndarray
+) -> np.ndarray:
     """Per row, the maximum of ``values`` with positions a/b replaced by va/vb (exact: max does
     not round). Only the three largest base values can be the maximum of the others."""
     top = np.argsort(-values, kind="stable")[:3]

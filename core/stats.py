@@ -141,6 +141,4 @@ def add_running(node: NodeStats, resource: ResourceStats) -> NodeStats:
 
 def remove_running(node: NodeStats, resource: ResourceStats) -> NodeStats:
     """Take a resource's measured usage away, clamping cpu and mem at 0."""
-    return NodeStats(
-        max(0.0, node.cpu - resource.cpu), node.maxcpu, max(0, node.mem - resource.mem), node.maxmem
-    )
+    return NodeStats(max(0.0, node.cpu - resource.cpu), node.maxcpu, max(0, node.mem - resource.mem), node.maxmem)

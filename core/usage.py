@@ -7,9 +7,9 @@ changes nothing (upstream loses the resource on the legacy "already moving" erro
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Iterable
 
 import numpy as np
 

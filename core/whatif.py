@@ -9,13 +9,12 @@ computation bit for bit.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
 from .candidates import CandidateBatch
-from .usage import NodeView
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +59,9 @@ def what_if(batch: CandidateBatch) -> WhatIf:
 Term = Callable[[int], "float | np.ndarray"]
 
 
-def replaced_sums(n: int, term: Term, a: np.ndarray, term_a: np.ndarray, b: np.ndarray, term_b: np.ndarray) -> np.ndarray:
+def replaced_sums(
+    n: int, term: Term, a: np.ndarray, term_a: np.ndarray, b: np.ndarray, term_b: np.ndarray
+) -> np.ndarray:
     """Left-to-right sums over nodes 0..n-1, one per row: row i adds ``term(j)`` for every node j,
     except ``term_a[i]`` at node ``a[i]`` and ``term_b[i]`` at node ``b[i]`` (use -1 for none).
 
