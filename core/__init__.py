@@ -9,8 +9,10 @@ and its aggregated views) -> :mod:`~core.candidates` / :mod:`~core.whatif` -> :m
 
 from .candidates import CandidateBatch, CompactCandidate, Migration, MigrationCandidate, ScoredMigration
 from .errors import InvalidInputError, SchedulingError
+from .explain import Explanation, explain_migrations
 from .imbalance import FORMULAS, Formula, node_imbalance
 from .modes import DynamicScheduler, Scheduler, StaticScheduler, new_scheduler
+from .planner import PlanStep, RebalancePlan, plan_rebalance
 from .scheduler import METHODS, Method
 from .stats import NodeStats, ResourceStats
 from .usage import Aggregation, NodeView, Resource, Usage
@@ -22,6 +24,7 @@ __all__ = [
     "CandidateBatch",
     "CompactCandidate",
     "DynamicScheduler",
+    "Explanation",
     "Formula",
     "InvalidInputError",
     "Method",
@@ -29,6 +32,8 @@ __all__ = [
     "MigrationCandidate",
     "NodeStats",
     "NodeView",
+    "PlanStep",
+    "RebalancePlan",
     "Resource",
     "ResourceStats",
     "SchedulingError",
@@ -36,6 +41,8 @@ __all__ = [
     "Scheduler",
     "StaticScheduler",
     "Usage",
+    "explain_migrations",
     "new_scheduler",
     "node_imbalance",
+    "plan_rebalance",
 ]

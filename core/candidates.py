@@ -88,10 +88,9 @@ class CandidateBatch:
 
 
 def _ranks(names: Sequence[str]) -> np.ndarray:
-    order = sorted(range(len(names)), key=names.__getitem__)
-    ranks = np.empty(len(names), dtype=np.int64)
-    ranks[order] = np.arange(len(names))
-    return ranks
+    # Equal names must get equal ranks: the same leader in two bundles is one sid to the order.
+    rank = {name: i for i, name in enumerate(sorted(set(names)))}
+    return np.array([rank[name] for name in names], dtype=np.int64)
 
 
 def _check_targets(compact: Sequence[CompactCandidate], counts: list[int], src: np.ndarray, tgt: np.ndarray) -> None:
@@ -191,8 +190,10 @@ def batch_from_candidates(view: NodeView, candidates: Sequence[MigrationCandidat
         src.append(s)
         tgt.append(t)
         sid_index.append(sid_of.setdefault(mig.sid, len(sid_of)))
-        cpu.append(cand.stats.cpu)
-        mem.append(cand.stats.mem)
+        given = cand.stats  # re-validated: typed stats can be built without ``checked``
+        stats = ResourceStats.checked(given.cpu, given.maxcpu, given.mem, given.maxmem, f"candidates[{i}].stats")
+        cpu.append(stats.cpu)
+        mem.append(stats.mem)
     return _batch(view, list(sid_of), sid_index, src, tgt, cpu, mem)
 
 

@@ -50,7 +50,14 @@ def node_imbalance(loads: Sequence[float], formula: Formula = "normalized") -> f
     for load in loads:
         d = float(load) - mean
         squares += d * d
-    cv = math.sqrt(squares / n) / mean
+    sd = math.sqrt(squares / n)
+    if mean == 0.0:
+        # Loads summing to a few subnormals make the mean underflow to 0: divide as IEEE does
+        # (NaN, like upstream and imbalance_from_sums) rather than raise ZeroDivisionError.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cv = float(np.float64(sd) / mean)
+    else:
+        cv = sd / mean
     return cv / math.sqrt(n - 1) if formula == "normalized" else cv
 
 

@@ -31,6 +31,12 @@ from .usage import Aggregation, NodeView, Resource, Usage
 Candidates = Sequence[CompactCandidate | MigrationCandidate]
 
 
+def _checked(stats: NodeStats | ResourceStats, where: str):
+    """``stats`` re-validated (README decision 4): typed stats can be built without ``checked``,
+    and a zero capacity or a NaN must not reach the usage or a score."""
+    return type(stats).checked(stats.cpu, stats.maxcpu, stats.mem, stats.maxmem, where=where)
+
+
 class Scheduler:
     """Common part of both modes: nodes, imbalance and migration scoring."""
 
@@ -89,7 +95,7 @@ class Scheduler:
         return self.select_best_balancing_migration(candidates, None, "topsis")
 
     def _start_scores(self, stats: ResourceStats) -> list[tuple[str, float]]:
-        return score_nodes_to_start(self.view(self.start_view), stats)
+        return score_nodes_to_start(self.view(self.start_view), _checked(stats, "stats"))
 
 
 class StaticScheduler(Scheduler):
@@ -107,11 +113,11 @@ class StaticScheduler(Scheduler):
         self, sid: str, stats: ResourceStats, running: bool, current: str, target: str | None = None
     ) -> None:
         """Add a service (``stats`` from :meth:`ResourceStats.static`); moving when ``target`` is set."""
-        self.usage.add_resource(sid, Resource(stats, bool(running), current, target))
+        self.usage.add_resource(sid, Resource(_checked(stats, "service.stats"), bool(running), current, target))
 
     def add_service_usage_to_node(self, nodename: str, sid: str, stats: ResourceStats) -> None:
         """Legacy add; see :meth:`Usage.add_resource_usage_to_node`."""
-        self.usage.add_resource_usage_to_node(nodename, sid, stats)
+        self.usage.add_resource_usage_to_node(nodename, sid, _checked(stats, "service_stats"))
 
     def remove_service_usage(self, sid: str) -> None:
         self.usage.remove_resource(sid)
@@ -130,13 +136,13 @@ class DynamicScheduler(Scheduler):
 
     def add_node(self, nodename: str, stats: NodeStats) -> None:
         """Add a node with measured ``stats`` (cores and bytes in use, capacities)."""
-        self.usage.add_node(nodename, stats)
+        self.usage.add_node(nodename, _checked(stats, "stats"))
 
     def add_resource(
         self, sid: str, stats: ResourceStats, running: bool, current: str, target: str | None = None
     ) -> None:
         """Add a resource with measured ``stats``; moving when ``target`` is set."""
-        self.usage.add_resource(sid, Resource(stats, bool(running), current, target))
+        self.usage.add_resource(sid, Resource(_checked(stats, "resource.stats"), bool(running), current, target))
 
     def remove_resource(self, sid: str) -> None:
         self.usage.remove_resource(sid)

@@ -98,19 +98,24 @@ def score_bruteforce(batch: CandidateBatch, limit: int, formula: Formula = "norm
 
 def topsis_order(w: WhatIf) -> np.ndarray:
     """All candidate rows ranked by TOPSIS over the what-if cpu and memory loads, best first."""
+    return topsis_rank(topsis_scores(topsis_criteria(w)))
+
+
+def topsis_criteria(w: WhatIf) -> np.ndarray:
+    """The (candidates x 4) TOPSIS criteria matrix of the what-ifs, in batch row order (see
+    :func:`core.topsis.load_criteria`)."""
     batch = w.batch
     view = batch.view
     n = len(view)
     cpu, mem = view.cpu_loads(), view.mem_loads()
     a, b = batch.src, batch.tgt
-    matrix = load_criteria(
+    return load_criteria(
         exact_square_sums(cpu, a, w.cpu_src, b, w.cpu_tgt),
         _max_with_two_replaced(cpu, a, w.cpu_src, b, w.cpu_tgt),
         exact_square_sums(mem, a, w.mem_src, b, w.mem_tgt),
         _max_with_two_replaced(mem, a, w.mem_src, b, w.mem_tgt),
         n,
     )
-    return topsis_rank(topsis_scores(matrix))
 
 
 def _max_with_two_replaced(
@@ -135,8 +140,18 @@ def score_topsis(batch: CandidateBatch, limit: int, formula: Formula = "normaliz
     if k == 0:
         return []
     w = what_if(batch)
-    rows = topsis_order(w)[:k]
+    rows = _best_first(topsis_scores(topsis_criteria(w)), k)
     return _scored(batch, rows, exact_imbalances(w, rows, formula))
+
+
+def _best_first(scores: np.ndarray, k: int) -> np.ndarray:
+    """The first ``k`` rows of :func:`topsis_rank` (descending, ties in row order) without sorting
+    every row: only rows scoring at least the k-th best score can be among them."""
+    if 2 * k >= len(scores):
+        return topsis_rank(scores)[:k]
+    kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+    rows = np.flatnonzero(scores >= kth)
+    return rows[topsis_rank(scores[rows])][:k]
 
 
 def score_migrations(
@@ -236,5 +251,6 @@ __all__ = [
     "score_nodes_to_start",
     "score_topsis",
     "select_best_migration",
+    "topsis_criteria",
     "topsis_order",
 ]

@@ -6,6 +6,7 @@ maximum of the cpu loads and of the memory loads, each shifted by 1.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from decimal import Decimal
 
 import numpy as np
@@ -45,6 +46,25 @@ def load_criteria(sum_sq_cpu, max_cpu, sum_sq_mem, max_mem, n: int) -> np.ndarra
     )
 
 
+@dataclass(frozen=True, slots=True)
+class TopsisSolution:
+    """Every intermediate of a TOPSIS scoring, for explanations.
+
+    ``normalised`` (rows x criteria): each column divided by its L2 norm; ``best``/``worst`` (per
+    criterion): the ideal solutions, column minimum/maximum (every criterion is minimised);
+    ``to_best``/``to_worst`` (per row): weighted Euclidean distances to them; ``scores`` (per
+    row): ``to_worst / (to_worst + to_best)``, 0.0 where both are 0. No rows: all empty except
+    ``best``/``worst``, which are zeros (unused).
+    """
+
+    normalised: np.ndarray
+    best: np.ndarray
+    worst: np.ndarray
+    to_best: np.ndarray
+    to_worst: np.ndarray
+    scores: np.ndarray
+
+
 def topsis_scores(matrix: np.ndarray, weights: np.ndarray = WEIGHTS) -> np.ndarray:
     """Closeness score in [0, 1] of each row (higher is better), every criterion minimised.
 
@@ -52,9 +72,15 @@ def topsis_scores(matrix: np.ndarray, weights: np.ndarray = WEIGHTS) -> np.ndarr
     others, or a single row, scores 0.0. Errors as upstream: ``criterion <j> got invalid value
     <v>`` for a non-finite normalised entry, ``invalid score <s>`` for a non-finite score.
     """
+    return topsis_solve(matrix, weights).scores
+
+
+def topsis_solve(matrix: np.ndarray, weights: np.ndarray = WEIGHTS) -> TopsisSolution:
+    """:func:`topsis_scores` with all its intermediates (same values, same errors)."""
     rows, columns = matrix.shape
     if rows == 0:
-        return np.zeros(0)
+        empty = np.zeros(0)
+        return TopsisSolution(matrix.copy(), np.zeros(columns), np.zeros(columns), empty, empty, empty)
     normalised = np.empty_like(matrix)
     for j in range(columns):
         column = matrix[:, j]
@@ -72,7 +98,7 @@ def topsis_scores(matrix: np.ndarray, weights: np.ndarray = WEIGHTS) -> np.ndarr
     bad = ~np.isfinite(scores)
     if bad.any():
         raise SchedulingError(f"invalid score {rust_float(scores[np.argmax(bad)])}")
-    return scores
+    return TopsisSolution(normalised, best, worst, to_best, to_worst, scores)
 
 
 def _distance(normalised: np.ndarray, ideal: np.ndarray, weights: np.ndarray) -> np.ndarray:

@@ -81,7 +81,9 @@ def replaced_sums(
 
 
 def _rows_by_node(nodes: np.ndarray, n: int) -> list[np.ndarray]:
-    order = np.argsort(nodes, kind="stable")
+    # On 16-bit keys NumPy's stable sort is a radix sort, some 40x faster than on int64 keys.
+    keys = nodes.astype(np.int16) if n < 2**15 else nodes
+    order = np.argsort(keys, kind="stable")
     bounds = np.searchsorted(nodes[order], np.arange(n + 1))
     return [order[bounds[j] : bounds[j + 1]] for j in range(n)]
 

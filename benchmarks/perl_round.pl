@@ -1,0 +1,121 @@
+#!/usr/bin/perl
+# One HA manager round through the Perl client, as PVE::HA::Manager does it every 10 s:
+# new usage object, add the nodes, add every guest, compute the imbalance, score the balancing
+# candidates with limit 1, drop the object. Prints p50/p90 over the rounds, per JSON backend.
+#
+#   PATH=.venv/bin:$PATH perl benchmarks/perl_round.pl [--rounds 50] [--nodes 16] [--guests 2000]
+#       [--mode static|dynamic] [--json PP|XS]   (no --json: runs each available backend)
+#
+# Server-side time: add --trace FILE to CRS_BRIDGE_COMMAND (crs-bridge serve --trace FILE).
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/../perl-client/lib";
+
+use Getopt::Long;
+use Time::HiRes qw(time);
+
+my %opt = (rounds => 50, nodes => 16, guests => 2000, mode => 'static');
+GetOptions(\%opt, 'rounds=i', 'nodes=i', 'guests=i', 'mode=s', 'json=s', 'split')
+    or die "usage: $0 [--rounds N] [--nodes N] [--guests N] [--mode static|dynamic] [--json PP|XS] [--split]\n";
+
+if (!$opt{json}) {
+    # One process per backend: the backend is chosen once per process.
+    my @args = map { ("--$_", $opt{$_}) } qw(rounds nodes guests mode);
+    push @args, '--split' if $opt{split};
+    for my $json ('PP', 'XS') {
+        if ($json eq 'XS' && !eval { require Cpanel::JSON::XS; 1 }) {
+            print "XS: Cpanel::JSON::XS is not installed, skipped\n";
+            next;
+        }
+        system($^X, $0, @args, '--json', $json) == 0 or die "benchmark run failed\n";
+    }
+    exit 0;
+}
+
+$ENV{CRS_BRIDGE_JSON} = $opt{json};
+require PVE::RS::ResourceScheduling::Static;
+require PVE::RS::ResourceScheduling::Dynamic;
+require CRSBridge::Codec;
+
+my $GiB = 1024**3;
+my @nodes = map { sprintf('node%02d', $_) } 1 .. $opt{nodes};
+# Guests spread unevenly (more on the first nodes), 1-8 cores, 1-16 GiB each.
+my @guests = map {
+    my $i = $_;
+    {
+        sid => "vm:" . (100 + $i),
+        node => $nodes[ ($i * $i) % @nodes < @nodes / 2 ? $i % (@nodes / 2) : $i % @nodes ],
+        maxcpu => 1.0 + ($i % 8),
+        maxmem => (1 + ($i % 16)) * $GiB,
+        cpu => 0.25 * (1 + ($i % 7)),
+        mem => (1 + ($i % 16)) * $GiB / 2,
+    }
+} 0 .. $opt{guests} - 1;
+my %node_usage;
+for my $g (@guests) {
+    $node_usage{ $g->{node} }{cpu} += $g->{cpu};
+    $node_usage{ $g->{node} }{mem} += $g->{mem};
+}
+my @candidates = map {
+    my $g = $_;
+    { leader => $g->{sid}, resources => [ $g->{sid} ], nodes => [ grep { $_ ne $g->{node} } @nodes ] }
+} @guests;
+
+sub round {
+    my $static = $opt{mode} eq 'static';
+    my $t0 = time;
+    my $usage = $static
+        ? PVE::RS::ResourceScheduling::Static->new()
+        : PVE::RS::ResourceScheduling::Dynamic->new();
+    for my $n (@nodes) {
+        if ($static) {
+            $usage->add_node($n, 32, 256 * $GiB);
+        } else {
+            my $u = $node_usage{$n} // { cpu => 0, mem => 0 };
+            $usage->add_node($n, { cpu => $u->{cpu}, maxcpu => 32, mem => int($u->{mem}), maxmem => 256 * $GiB });
+        }
+    }
+    for my $g (@guests) {
+        if ($static) {
+            $usage->add_service($g->{sid}, {
+                stats => { maxcpu => $g->{maxcpu}, maxmem => $g->{maxmem} },
+                running => 1, 'current-node' => $g->{node},
+            });
+        } else {
+            $usage->add_resource($g->{sid}, {
+                stats => { cpu => $g->{cpu}, maxcpu => $g->{maxcpu}, mem => int($g->{mem}), maxmem => $g->{maxmem} },
+                running => 1, 'current-node' => $g->{node},
+            });
+        }
+    }
+    my $t1 = time;
+    my $imbalance = $usage->calculate_node_imbalance();
+    my $t2 = time;
+    my $best = $usage->score_best_balancing_migration_candidates(\@candidates, 1);
+    my $t3 = time;
+    undef $usage;
+    die "no migration found\n" if !@$best;
+    return [ $t3 - $t0, $t1 - $t0, $t2 - $t1, $t3 - $t2 ];
+}
+
+sub percentile {
+    my ($p, @values) = @_;
+    my @sorted = sort { $a <=> $b } @values;
+    return $sorted[ int($p * $#sorted + 0.5) ];
+}
+
+round() for 1 .. 3;    # start the server, warm up
+my @times = map { round() } 1 .. $opt{rounds};
+my $backend = CRSBridge::Codec::backend();
+printf "%s (%s), %s mode, %d nodes, %d guests, %d rounds: p50 %.1f ms, p90 %.1f ms\n",
+    $opt{json}, $backend, $opt{mode}, $opt{nodes}, $opt{guests}, $opt{rounds},
+    1000 * percentile(0.5, map { $_->[0] } @times), 1000 * percentile(0.9, map { $_->[0] } @times);
+if ($opt{split}) {
+    my @names = ('new + adds (client side)', 'imbalance (incl. flush of the adds)', 'score candidates');
+    for my $i (1 .. 3) {
+        printf "    %-38s p50 %.1f ms\n", $names[ $i - 1 ], 1000 * percentile(0.5, map { $_->[$i] } @times);
+    }
+}

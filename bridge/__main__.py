@@ -1,0 +1,7 @@
+"""``python -m bridge``: the ``crs-bridge`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

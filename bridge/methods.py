@@ -1,0 +1,480 @@
+"""The method surface: every JSON-RPC method, its params model, result schema and handler.
+
+:class:`Bridge` holds the server's state (live schedulers) and runs one call:
+``Bridge.call(name, params)`` validates ``params`` (a list or a dict) with the method's model from
+:mod:`bridge.models` and returns a JSON value, or raises :class:`~bridge.errors.ParamsError`,
+:class:`~bridge.errors.UnknownHandleError`, :class:`~bridge.errors.MethodUnavailableError`,
+:class:`core.SchedulingError` or :class:`core.InvalidInputError`. It knows nothing of JSON-RPC
+envelopes or framing (:mod:`bridge.protocol`, :mod:`bridge.transport`).
+
+Every call changes state at most once, through one engine operation that is itself atomic, and
+only after all params were validated; stateless calls build their scheduler locally.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+from pydantic import ValidationError
+
+from core import Scheduler
+from core.limits import MAX_BYTES, MAX_CORES
+from core.scheduler import calculate_node_imbalance, score_migrations, score_nodes_to_start, select_best_migration
+
+from . import convert
+from . import models as m
+from .errors import MethodUnavailableError, ParamsError, UnknownHandleError
+from .transport import DEFAULT_MAX_MESSAGE_BYTES
+
+#: Mode key of a method that does not depend on a scheduler's mode.
+ANY_MODE = "any"
+
+#: At most this many entries in an error's ``data.errors``.
+MAX_ERROR_DETAILS = 20
+
+FRAMINGS = {
+    "ndjson": "one JSON message per line, ended by \\n (default)",
+    "content-length": "LSP base protocol: 'Content-Length: N\\r\\n\\r\\n' then N bytes",
+}
+
+
+@functools.cache
+def bridge_version() -> str:
+    """The installed crs-bridge version."""
+    try:
+        return metadata.version("crs-bridge")
+    except metadata.PackageNotFoundError:  # running from a source tree that was not installed
+        return "0+unknown"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way to run a method: its params model and ``run(bridge, params) -> JSON value``."""
+
+    params: type[m.Params]
+    run: Callable[[Bridge, Any], Any]
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A JSON-RPC method: name, what it does, result schema (a type from :mod:`bridge.models`),
+    its variants by scheduler mode (:data:`ANY_MODE` when mode-independent), and whether its
+    params may be positional (an array in the models' field order)."""
+
+    name: str
+    summary: str
+    result: Any
+    variants: Mapping[str, Variant]
+    positional: bool = True
+
+    @property
+    def stateful(self) -> bool:
+        """True for ``scheduler.*`` methods: the first param is a handle choosing the variant."""
+        return ANY_MODE not in self.variants
+
+
+@dataclass
+class Bridge:
+    """The server's state and the entry point for one method call."""
+
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    debug_methods: bool = False
+    schedulers: dict[str, Scheduler] = field(default_factory=dict)
+    shutdown_requested: bool = False
+    _handles: itertools.count = field(default_factory=lambda: itertools.count(1))
+    _discover_cache: dict | None = None
+
+    def __post_init__(self) -> None:
+        self.methods: dict[str, MethodSpec] = {spec.name: spec for spec in METHODS}
+        if self.debug_methods:
+            self.methods[DEBUG_RAISE.name] = DEBUG_RAISE
+
+    # -- calls ----------------------------------------------------------------------------
+
+    def call(self, name: str, params: list | dict) -> Any:
+        """Run method ``name`` (it must exist) with ``params``; return its JSON result."""
+        spec = self.methods[name]
+        variant = self._variant(spec, params)
+        validated = self._validate(spec, variant.params, params)
+        return variant.run(self, validated)
+
+    def _variant(self, spec: MethodSpec, params: list | dict) -> Variant:
+        if not spec.stateful:
+            return spec.variants[ANY_MODE]
+        handle = params[0] if isinstance(params, list) and params else None
+        if isinstance(params, dict):
+            handle = params.get("scheduler")
+        if not isinstance(handle, str):
+            problem = "Field required" if handle is None else "Input should be a valid string (a scheduler handle)"
+            raise ParamsError([("scheduler", problem)])
+        mode = self.scheduler(handle).mode
+        if mode not in spec.variants:
+            raise MethodUnavailableError(spec.name, mode, handle)
+        return spec.variants[mode]
+
+    def _validate(self, spec: MethodSpec, model: type[m.Params], params: list | dict) -> m.Params:
+        if isinstance(params, list):
+            params = self._named(spec, model, params)
+        try:
+            return model.model_validate(params)
+        except ValidationError as exc:
+            raise ParamsError.from_validation(exc) from None
+
+    @staticmethod
+    def _named(spec: MethodSpec, model: type[m.Params], params: list) -> dict:
+        names = _param_names(model)
+        if params and not spec.positional:
+            raise ParamsError([("params", f"'{spec.name}' takes named params (an object), not an array")])
+        if len(params) > len(names):
+            problem = (
+                f"too many params for '{spec.name}': {len(params)} given, at most {len(names)} ({', '.join(names)})"
+            )
+            raise ParamsError([("params", problem)])
+        return dict(zip(names, params))
+
+    # -- state ----------------------------------------------------------------------------
+
+    def scheduler(self, handle: str) -> Scheduler:
+        """The live scheduler behind ``handle`` (UnknownHandleError if none)."""
+        try:
+            return self.schedulers[handle]
+        except KeyError:
+            raise UnknownHandleError(handle) from None
+
+    def new_handle(self, scheduler: Scheduler) -> str:
+        """Register ``scheduler`` under a fresh handle (``s1``, ``s2``, ...; never reused)."""
+        handle = f"s{next(self._handles)}"
+        self.schedulers[handle] = scheduler
+        return handle
+
+    def cluster(self, params: m.ClusterParams) -> Scheduler:
+        """The scheduler a headline call works on: the live one, or one built from the snapshot."""
+        if params.scheduler is not None:
+            return self.scheduler(params.scheduler)
+        # Start scoring has no formula param; the snapshot's formula does not matter to it.
+        return convert.build_scheduler(params.usage, getattr(params, "imbalance", None) or "normalized")
+
+    def info(self) -> dict:
+        """What ``bridge.info`` answers."""
+        return {
+            "name": "crs-bridge",
+            "version": bridge_version(),
+            "upstream": {"crate": ["2.0.0", "2.1.0"], "libpve-rs-perl": "0.13.0", "pve-ha-manager": "5.2.0"},
+            "imbalance_formulas": {
+                "normalized": "crate 2.1.0: coefficient of variation of node loads / sqrt(n - 1), in [0, 1]",
+                "raw": "crate 2.0.0 (libpve-rs-perl 0.13.0): coefficient of variation of node loads",
+            },
+            "default_imbalance": "normalized",
+            "migration_methods": ["bruteforce", "topsis"],
+            "framings": dict(FRAMINGS),
+            "limits": {
+                "max_message_bytes": self.max_message_bytes,
+                "max_bytes": MAX_BYTES,
+                "max_cores": MAX_CORES,
+                "max_error_details": MAX_ERROR_DETAILS,
+            },
+            "schedulers": len(self.schedulers),
+        }
+
+    def discover(self) -> dict:
+        """The OpenRPC document (generated once, from the same models that validate params)."""
+        if self._discover_cache is None:
+            from .openrpc import openrpc_document
+
+            self._discover_cache = openrpc_document(self.methods.values(), bridge_version())
+        return self._discover_cache
+
+
+@functools.cache
+def _param_names(model: type[m.Params]) -> list[str]:
+    """Wire names of ``model``'s fields in positional order."""
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+# -- headline methods (stateless or on a handle) ----------------------------------------------
+
+
+def _score_migrations(bridge: Bridge, p: m.ScoreMigrationsParams) -> list[dict]:
+    scheduler = bridge.cluster(p)
+    batch = scheduler.candidate_batch(convert.candidates_to_core(p.candidates))
+    return convert.scored_list(score_migrations(batch, p.limit, p.method, p.imbalance or scheduler.formula))
+
+
+def _select_migration(bridge: Bridge, p: m.SelectMigrationParams) -> dict | None:
+    scheduler = bridge.cluster(p)
+    batch = scheduler.candidate_batch(convert.candidates_to_core(p.candidates))
+    formula = p.imbalance or scheduler.formula
+    return convert.scored_or_none(select_best_migration(batch, p.method, formula, p.imbalance_threshold))
+
+
+def _node_imbalance(bridge: Bridge, p: m.ImbalanceParams) -> float:
+    scheduler = bridge.cluster(p)
+    return calculate_node_imbalance(scheduler.view(), p.imbalance or scheduler.formula)
+
+
+def _start_scores(bridge: Bridge, p: m.StartScoreParams) -> list[list]:
+    scheduler = bridge.cluster(p)
+    stats = convert.start_stats(p.stats, scheduler.mode)
+    return convert.start_scores(score_nodes_to_start(scheduler.view(scheduler.start_view), stats))
+
+
+# -- scheduler objects --------------------------------------------------------------------
+
+
+def _new(bridge: Bridge, p: m.NewSchedulerParams) -> dict:
+    from core import new_scheduler
+
+    return {"scheduler": bridge.new_handle(new_scheduler(p.mode, p.imbalance))}
+
+
+def _free(bridge: Bridge, p: m.SchedulerParams) -> bool:
+    bridge.scheduler(p.scheduler)
+    del bridge.schedulers[p.scheduler]
+    return True
+
+
+def _on_scheduler(run: Callable[[Any, Any], Any]) -> Callable[[Bridge, m.SchedulerParams], Any]:
+    """Adapt ``run(scheduler, params)`` to a handler that looks the handle up first."""
+
+    def handler(bridge: Bridge, p: m.SchedulerParams) -> Any:
+        return run(bridge.scheduler(p.scheduler), p)
+
+    handler.__doc__ = run.__doc__
+    return handler
+
+
+def _stateful(name: str, summary: str, result: Any, **by_mode: tuple[type[m.Params], Callable]) -> MethodSpec:
+    variants = {mode: Variant(model, _on_scheduler(run)) for mode, (model, run) in by_mode.items()}
+    return MethodSpec(f"scheduler.{name}", summary, result, variants)
+
+
+def _both(model: type[m.Params], run: Callable) -> dict[str, tuple[type[m.Params], Callable]]:
+    return {"static": (model, run), "dynamic": (model, run)}
+
+
+def _scored(s: Scheduler, p: m.ScoreCandidatesParams) -> list[dict]:
+    return convert.scored_list(
+        s.score_best_balancing_migration_candidates(convert.candidates_to_core(p.candidates), p.limit)
+    )
+
+
+def _scored_topsis(s: Scheduler, p: m.ScoreCandidatesParams) -> list[dict]:
+    candidates = convert.candidates_to_core(p.candidates)
+    return convert.scored_list(s.score_best_balancing_migration_candidates_topsis(candidates, p.limit))
+
+
+def _select(s: Scheduler, p: m.SelectCandidatesParams) -> dict | None:
+    candidates = convert.candidates_to_core(p.candidates)
+    return convert.scored_or_none(s.select_best_balancing_migration(candidates, p.imbalance_threshold))
+
+
+def _select_topsis(s: Scheduler, p: m.SelectTopsisParams) -> dict | None:
+    return convert.scored_or_none(s.select_best_balancing_migration_topsis(convert.candidates_to_core(p.candidates)))
+
+
+def _add_service(s: Any, p: m.AddServiceParams) -> None:
+    svc = p.service
+    s.add_service(p.sid, convert.static_stats(svc.stats), svc.running, svc.current_node, svc.target_node)
+
+
+def _add_resource(s: Any, p: m.AddResourceParams) -> None:
+    res = p.resource
+    s.add_resource(p.sid, convert.dynamic_stats(res.stats), res.running, res.current_node, res.target_node)
+
+
+def _add_service_usage(s: Any, p: m.AddServiceUsageParams) -> None:
+    s.add_service_usage_to_node(p.nodename, p.sid, convert.static_stats(p.service_stats))
+
+
+def _start_service(s: Any, p: m.StartServiceParams) -> list[list]:
+    stats = convert.static_stats(p.service_stats)
+    return convert.start_scores(s.score_nodes_to_start_service(stats))
+
+
+def _start_resource(s: Any, p: m.StartResourceParams) -> list[list]:
+    stats = convert.dynamic_stats(p.resource_stats)
+    return convert.start_scores(s.score_nodes_to_start_resource(stats))
+
+
+ScoredList = list[m.ScoredMigration]
+ScoredOrNone = m.ScoredMigration | None
+
+STATEFUL = [
+    _stateful(
+        "add_node",
+        "Add a node: static (nodename, maxcpu cores, maxmem bytes); dynamic (nodename, measured stats).",
+        None,
+        static=(m.StaticAddNodeParams, lambda s, p: s.add_node(p.nodename, p.maxcpu, p.maxmem)),
+        dynamic=(m.DynamicAddNodeParams, lambda s, p: s.add_node(p.nodename, convert.node_stats(p.stats))),
+    ),
+    _stateful(
+        "remove_node",
+        "Remove a node (unknown: no-op); its stationary resources go, moving ones stay on the other node.",
+        None,
+        **_both(m.NodeNameParams, lambda s, p: s.remove_node(p.nodename)),
+    ),
+    _stateful(
+        "list_nodes",
+        "Node names in insertion order.",
+        list[str],
+        **_both(m.SchedulerParams, lambda s, p: s.list_nodes()),
+    ),
+    _stateful(
+        "contains_node",
+        "Whether the node exists.",
+        bool,
+        **_both(m.NodeNameParams, lambda s, p: s.contains_node(p.nodename)),
+    ),
+    _stateful(
+        "add_service",
+        "Static: add a service (moving when target-node is set).",
+        None,
+        static=(m.AddServiceParams, _add_service),
+    ),
+    _stateful(
+        "add_service_usage_to_node",
+        "Static legacy add: unknown sid -> started on nodename; known stationary sid -> moving there.",
+        None,
+        static=(m.AddServiceUsageParams, _add_service_usage),
+    ),
+    _stateful(
+        "remove_service_usage",
+        "Static: remove a service (unknown: no-op).",
+        None,
+        static=(m.SidParams, lambda s, p: s.remove_service_usage(p.sid)),
+    ),
+    _stateful(
+        "add_resource",
+        "Dynamic: add a resource (moving when target-node is set).",
+        None,
+        dynamic=(m.AddResourceParams, _add_resource),
+    ),
+    _stateful(
+        "remove_resource",
+        "Dynamic: remove a resource (unknown: no-op).",
+        None,
+        dynamic=(m.SidParams, lambda s, p: s.remove_resource(p.sid)),
+    ),
+    _stateful(
+        "calculate_node_imbalance",
+        "Imbalance of the node loads (the scheduler's formula).",
+        float,
+        **_both(m.SchedulerParams, lambda s, p: s.calculate_node_imbalance()),
+    ),
+    _stateful(
+        "score_best_balancing_migration_candidates",
+        "Bruteforce: the limit migrations leaving the lowest imbalance, best first.",
+        ScoredList,
+        **_both(m.ScoreCandidatesParams, _scored),
+    ),
+    _stateful(
+        "score_best_balancing_migration_candidates_topsis",
+        "TOPSIS: the first limit migrations in TOPSIS rank order.",
+        ScoredList,
+        **_both(m.ScoreCandidatesParams, _scored_topsis),
+    ),
+    _stateful(
+        "score_nodes_to_start_service",
+        "Static: [[node, score]] in node order for starting a service; higher is better.",
+        list[m.StartScore],
+        static=(m.StartServiceParams, _start_service),
+    ),
+    _stateful(
+        "score_nodes_to_start_resource",
+        "Dynamic: [[node, score]] in node order for starting a resource; higher is better.",
+        list[m.StartScore],
+        dynamic=(m.StartResourceParams, _start_resource),
+    ),
+    _stateful(
+        "select_best_balancing_migration",
+        "Extra: the first candidate (input order) at or under imbalance_threshold, else the best; "
+        "null without candidates.",
+        ScoredOrNone,
+        **_both(m.SelectCandidatesParams, _select),
+    ),
+    _stateful(
+        "select_best_balancing_migration_topsis",
+        "Extra: the TOPSIS-best migration; null without candidates.",
+        ScoredOrNone,
+        **_both(m.SelectTopsisParams, _select_topsis),
+    ),
+]
+
+
+def _stateless(
+    name: str, summary: str, result: Any, model: type[m.Params], run: Callable, positional: bool = True
+) -> MethodSpec:
+    return MethodSpec(name, summary, result, {ANY_MODE: Variant(model, run)}, positional)
+
+
+def _shutdown(bridge: Bridge, p: m.NoParams) -> None:
+    bridge.shutdown_requested = True
+
+
+def _debug_raise(bridge: Bridge, p: m.NoParams) -> None:
+    raise RuntimeError("debug.raise: deliberate failure (the server must answer -32603 and keep serving)")
+
+
+HEADLINE = [
+    _stateless(
+        "score_best_balancing_migrations",
+        "Score candidate migrations (bruteforce or TOPSIS) and return at most limit, best first.",
+        ScoredList,
+        m.ScoreMigrationsParams,
+        _score_migrations,
+        positional=False,
+    ),
+    _stateless(
+        "select_best_balancing_migration",
+        "One migration: the first (input order) at or under imbalance_threshold, else the best; "
+        "null without candidates.",
+        ScoredOrNone,
+        m.SelectMigrationParams,
+        _select_migration,
+        positional=False,
+    ),
+    _stateless(
+        "calculate_node_imbalance",
+        "Imbalance of the node loads.",
+        float,
+        m.ImbalanceParams,
+        _node_imbalance,
+        positional=False,
+    ),
+    _stateless(
+        "score_nodes_to_start_resource",
+        "[[node, score]] in node order for starting a resource; higher is better.",
+        list[m.StartScore],
+        m.StartScoreParams,
+        _start_scores,
+        positional=False,
+    ),
+]
+
+SERVICE = [
+    _stateless(
+        "scheduler.new", "Create an empty scheduler; returns its handle.", m.SchedulerHandle, m.NewSchedulerParams, _new
+    ),
+    _stateless("scheduler.free", "Release a scheduler; its handle becomes unknown.", bool, m.SchedulerParams, _free),
+    _stateless("rpc.discover", "This OpenRPC document.", dict[str, Any], m.NoParams, lambda b, p: b.discover()),
+    _stateless(
+        "bridge.info",
+        "Server version, upstream semantics, formulas, framings, limits, live handles.",
+        m.BridgeInfo,
+        m.NoParams,
+        lambda b, p: b.info(),
+    ),
+    _stateless(
+        "shutdown", "Answer, then exit 0 (after answering the rest of this message).", None, m.NoParams, _shutdown
+    ),
+]
+
+METHODS: list[MethodSpec] = HEADLINE + STATEFUL + SERVICE
+
+#: Registered only with ``serve --debug-methods``: provokes the -32603 path in tests.
+DEBUG_RAISE = _stateless("debug.raise", "Test aid: fail with an internal error.", None, m.NoParams, _debug_raise)

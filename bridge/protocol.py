@@ -1,0 +1,185 @@
+"""JSON-RPC 2.0 on top of the method surface: decoding, envelope checks, dispatch, error codes.
+
+:meth:`Protocol.handle` takes one message (bytes, already unframed) and returns the response
+bytes, or None when nothing is to be answered (a notification, or a batch of notifications).
+
+* Decoding and encoding use orjson. A message that is not JSON gets -32700 with the position.
+* Envelopes are checked here by :func:`request_problem`, a cheap equivalent of jsonrpcserver's
+  JSON-schema request validator (same acceptance rules, plus a message saying what is wrong).
+  Batch elements are checked one by one, so a batch answers each invalid element with its own
+  -32600, as JSON-RPC 2.0 specifies (an empty batch gets a single -32600).
+* Each valid request is dispatched by jsonrpcserver to a wrapper of :meth:`Bridge.call`, which
+  maps the surface's exceptions to error codes (see :func:`error_for`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any
+
+import orjson
+from jsonrpcserver import Success, dispatch_to_response
+from jsonrpcserver.exceptions import JsonRpcError
+from jsonrpcserver.response import to_serializable_one
+
+from core import InvalidInputError, SchedulingError
+
+from .errors import MethodUnavailableError, ParamsError, UnknownHandleError
+from .methods import MAX_ERROR_DETAILS, Bridge
+
+log = logging.getLogger("crs-bridge")
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+SCHEDULING_ERROR = -32000
+UNKNOWN_HANDLE = -32001
+
+_MEMBERS = frozenset({"jsonrpc", "method", "id", "params"})
+
+
+def request_problem(request: Any) -> str | None:
+    """What makes ``request`` an invalid JSON-RPC 2.0 request object, or None if it is valid.
+
+    Same rules as jsonrpcserver's request schema: an object with ``"jsonrpc": "2.0"``, a string
+    ``method``, optional ``id`` (string, number or null), optional ``params`` (array or object),
+    and no other member.
+    """
+    if not isinstance(request, dict):
+        return f"a request must be an object, got {_json_type(request)}"
+    extra = request.keys() - _MEMBERS
+    if extra:
+        return f"unexpected member {', '.join(repr(k) for k in sorted(extra))}"
+    if request.get("jsonrpc") != "2.0":
+        return "'jsonrpc' must be \"2.0\"" if "jsonrpc" in request else "missing member 'jsonrpc'"
+    if not isinstance(request.get("method"), str):
+        return "'method' must be a string" if "method" in request else "missing member 'method'"
+    if "id" in request:
+        ident = request["id"]
+        if isinstance(ident, bool) or not (ident is None or isinstance(ident, (str, int, float))):
+            return f"'id' must be a string, a number or null, got {_json_type(ident)}"
+    if "params" in request and not isinstance(request["params"], (list, dict)):
+        return f"'params' must be an array or an object, got {_json_type(request['params'])}"
+    return None
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)
+
+
+def error_response(code: int, message: str, data: Any = None, ident: Any = None) -> dict:
+    """A JSON-RPC error response object (``data`` left out when None)."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "error": error, "id": ident}
+
+
+def error_for(exc: Exception) -> JsonRpcError:
+    """The JSON-RPC error for an exception raised by the method surface."""
+    if isinstance(exc, ParamsError):
+        return _invalid_params(exc.errors)
+    if isinstance(exc, InvalidInputError):
+        return _invalid_params([(exc.field, exc.problem)])
+    if isinstance(exc, SchedulingError):
+        return JsonRpcError(SCHEDULING_ERROR, str(exc).rstrip("\n"))
+    if isinstance(exc, UnknownHandleError):
+        return JsonRpcError(UNKNOWN_HANDLE, str(exc), {"scheduler": exc.handle})
+    if isinstance(exc, MethodUnavailableError):
+        return JsonRpcError(METHOD_NOT_FOUND, str(exc), {"method": exc.method, "mode": exc.mode})
+    log.error("internal error (a bug in crs-bridge)", exc_info=exc)
+    return JsonRpcError(INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {exc}")
+
+
+def _invalid_params(errors: list[tuple[str, str]]) -> JsonRpcError:
+    shown = errors[:MAX_ERROR_DETAILS]
+    message = "Invalid params: " + "; ".join(f"{loc}: {msg}" for loc, msg in shown)
+    data: dict[str, Any] = {"errors": [{"loc": loc, "msg": msg} for loc, msg in shown]}
+    if len(errors) > len(shown):
+        message += f"; and {len(errors) - len(shown)} more"
+        data["omitted"] = len(errors) - len(shown)
+    return JsonRpcError(INVALID_PARAMS, message, data)
+
+
+def _already_decoded(request: Any) -> Any:
+    return request
+
+
+def _already_checked(request: Any) -> None:
+    return None
+
+
+class Protocol:
+    """JSON-RPC 2.0 message handling for one :class:`~bridge.methods.Bridge`."""
+
+    def __init__(self, bridge: Bridge) -> None:
+        self.bridge = bridge
+        self._methods = {name: self._invoker(name) for name in bridge.methods}
+
+    def handle(self, message: bytes) -> bytes | None:
+        """Answer one message (a request or a batch); None when there is nothing to answer."""
+        try:
+            decoded = orjson.loads(message)
+        except orjson.JSONDecodeError as exc:
+            return self.encode(error_response(PARSE_ERROR, f"Parse error: {exc}"))
+        if isinstance(decoded, list):
+            if not decoded:
+                return self.encode(error_response(INVALID_REQUEST, "Invalid request: empty batch"))
+            answers = [a for a in map(self._answer, decoded) if a is not None]
+            return self.encode(answers) if answers else None
+        answer = self._answer(decoded)
+        return None if answer is None else self.encode(answer)
+
+    def oversize(self, size: int) -> bytes:
+        """The answer to a message of ``size`` bytes over the limit (it was not read)."""
+        limit = self.bridge.max_message_bytes
+        return self.encode(
+            error_response(
+                INVALID_REQUEST, f"Invalid request: message of {size} bytes exceeds the limit of {limit} bytes"
+            )
+        )
+
+    @staticmethod
+    def encode(response: Any) -> bytes:
+        """A response (or batch) as JSON bytes."""
+        return orjson.dumps(response)
+
+    def _answer(self, request: Any) -> dict | None:
+        problem = request_problem(request)
+        if problem is not None:
+            return error_response(INVALID_REQUEST, f"Invalid request: {problem}")
+        response = dispatch_to_response(
+            request,
+            self._methods,
+            deserializer=_already_decoded,
+            validator=_already_checked,
+            post_process=to_serializable_one,
+        )
+        unknown = request["method"] not in self.bridge.methods
+        if unknown and response is not None and response["error"]["code"] == METHOD_NOT_FOUND:
+            response["error"]["message"] = f"Method not found: '{request['method']}'"
+        return response
+
+    def _invoker(self, name: str):
+        call = self.bridge.call
+
+        def invoke(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return Success(call(name, list(args) if args else kwargs))
+            except Exception as exc:  # every failure becomes an error response; bugs are logged
+                raise error_for(exc) from None
+
+        invoke.__name__ = name
+        # jsonrpcserver binds the params to the signature on every call; a precomputed
+        # signature spares it the introspection (about half the cost of a trivial call).
+        invoke.__signature__ = inspect.signature(invoke)
+        return invoke

@@ -1,0 +1,152 @@
+"""The stdio server loop: read framed messages, answer them, exit cleanly.
+
+Exit status 0 in every orderly case: end of input (after answering everything read), after a
+``shutdown`` request (answered first, together with the rest of its message), on SIGTERM or
+SIGINT (answers already computed are flushed; a request being computed is dropped), and when
+the client closes our stdout. A message is never written half: a signal arriving during a write
+takes effect after it (a second one, should the write be stuck, at once).
+
+stdout carries protocol messages only: the protocol keeps a private duplicate of file
+descriptor 1, and fd 1 itself is pointed at stderr so that a stray print cannot corrupt the
+stream. Logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from typing import IO
+
+from .methods import Bridge
+from .protocol import Protocol
+from .transport import DEFAULT_MAX_MESSAGE_BYTES, Frame, FrameReader, FrameWriter
+
+log = logging.getLogger("crs-bridge")
+
+
+class Terminated(BaseException):
+    """Raised by the SIGTERM/SIGINT handler to leave the loop (a BaseException so that no
+    ``except Exception`` in a method swallows it)."""
+
+
+class _Signals:
+    """Turns SIGTERM/SIGINT into :class:`Terminated`, deferred while a write is in progress."""
+
+    def __init__(self) -> None:
+        self._writing = False
+        self._pending = False
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        # A second signal during the same write means the write is stuck (the client does
+        # not read): leave at once rather than never.
+        if self._writing and not self._pending:
+            self._pending = True
+        else:
+            raise Terminated
+
+    @contextmanager
+    def uninterrupted(self) -> Iterator[None]:
+        """Defer termination until the block is done."""
+        self._writing = True
+        try:
+            yield
+        finally:
+            self._writing = False
+        if self._pending:
+            raise Terminated
+
+
+class _GuardedWriter(FrameWriter):
+    def __init__(self, fd: int, signals: _Signals) -> None:
+        super().__init__(fd)
+        self._signals = signals
+
+    def flush(self) -> None:
+        with self._signals.uninterrupted():
+            super().flush()
+
+
+class Tracer:
+    """Writes every request and response with its duration (ms) to ``stream``."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+
+    def record(self, frame: Frame, answer: bytes | None, seconds: float) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        request = "<over the size limit>" if frame.body is None else frame.body.decode("utf-8", "replace")
+        response = "(no response)" if answer is None else answer.decode("utf-8", "replace")
+        self._stream.write(f"{stamp} --> [{frame.framing}] {request}\n")
+        self._stream.write(f"{stamp} <-- {seconds * 1000:.3f} ms {response}\n")
+        self._stream.flush()
+
+
+def _protect_stdout() -> int:
+    """Return a private fd for the protocol stream and point fd 1 at stderr."""
+    sys.stdout.flush()
+    protocol_fd = os.dup(1)
+    os.dup2(2, 1)
+    return protocol_fd
+
+
+def serve(
+    *,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    trace: IO[str] | None = None,
+    debug_methods: bool = False,
+    in_fd: int = 0,
+) -> int:
+    """Serve JSON-RPC on stdin/stdout until the end of input, ``shutdown`` or SIGTERM; return 0."""
+    signals = _Signals()
+    signals.install()
+    bridge = Bridge(max_message_bytes=max_message_bytes, debug_methods=debug_methods)
+    protocol = Protocol(bridge)
+    writer = _GuardedWriter(_protect_stdout(), signals)
+    reader = FrameReader(in_fd, max_message_bytes, before_wait=writer.flush)
+    tracer = Tracer(trace) if trace is not None else None
+    # Start-up objects never become garbage; keep them out of every collection.
+    gc.freeze()
+    try:
+        for frame in reader:
+            _answer(frame, protocol, writer, tracer)
+            if bridge.shutdown_requested:
+                break
+        writer.flush()
+    except Terminated:
+        _flush_quietly(writer)
+        log.info("terminated by signal")
+    except BrokenPipeError:
+        log.info("the client closed the output stream")
+    return 0
+
+
+def _answer(frame: Frame, protocol: Protocol, writer: FrameWriter, tracer: Tracer | None) -> None:
+    started = time.perf_counter()
+    # A large message decodes into hundreds of thousands of containers, none of them cyclic;
+    # collecting while they are built costs more than the work itself, so collect afterwards.
+    gc.disable()
+    try:
+        answer = protocol.oversize(frame.size) if frame.body is None else protocol.handle(frame.body)
+    finally:
+        gc.enable()
+    if answer is not None:
+        writer.write(frame.framing, answer)
+    if tracer is not None:
+        tracer.record(frame, answer, time.perf_counter() - started)
+
+
+def _flush_quietly(writer: FrameWriter) -> None:
+    """Write what is ready without waiting: a client that stopped reading must not keep us."""
+    with suppress(OSError, Terminated):
+        os.set_blocking(writer.fileno(), False)
+        writer.flush()

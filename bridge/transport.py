@@ -1,0 +1,199 @@
+"""Message framing on byte streams: newline-delimited JSON and LSP-style Content-Length.
+
+:class:`FrameReader` splits what arrives on a file descriptor into :class:`Frame` objects,
+detecting the framing per message: a line starting with ``Content-Length:`` (any case) opens an
+LSP header block (``Content-Length: N``, optional other headers, an empty line, then N bytes);
+any other non-blank line is one JSON message. Blank lines between messages are skipped.
+:class:`FrameWriter` writes each answer in the framing its request came in.
+
+Output is buffered and flushed whenever the reader is about to wait for input (and on close), so
+a pipelining client gets answers in large writes while an interactive one never waits for an
+answer sitting in a buffer.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+#: Default limit on one message's size (bytes): ample for 100k candidates.
+DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+
+NDJSON = "ndjson"
+CONTENT_LENGTH = "content-length"
+
+_HEADER = re.compile(rb"content-length:[ \t]*(\d+)[ \t]*\r?$", re.IGNORECASE)
+_MAX_HEADER_BYTES = 8192
+_READ_SIZE = 1 << 20
+_FLUSH_AT = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One message: its ``framing``, its ``body`` (None when it exceeded the size limit and was
+    skipped unread) and its ``size`` in bytes."""
+
+    framing: str
+    body: bytes | None
+    size: int
+
+
+class FrameReader:
+    """Iterate over the messages arriving on file descriptor ``fd``.
+
+    ``max_message_bytes`` bounds one message body; a longer one is skipped without being kept
+    in memory and yielded with ``body=None``. ``before_wait`` is called before every read that
+    may block. At end of input a last line without ``\\n`` still counts as a message, and a
+    Content-Length body cut short by the end of input is yielded as far as it arrived (it will
+    not parse, and so gets answered with a parse error).
+    """
+
+    def __init__(self, fd: int, max_message_bytes: int, before_wait: Callable[[], None] = lambda: None) -> None:
+        self._fd = fd
+        self._max = max_message_bytes
+        self._before_wait = before_wait
+        self._buf = bytearray()
+        self._pos = 0  # start of unconsumed data in _buf
+        self._eof = False
+
+    def __iter__(self) -> Iterator[Frame]:
+        return self
+
+    def __next__(self) -> Frame:
+        while True:
+            line = self._line()
+            if line is None:
+                raise StopIteration
+            if isinstance(line, Frame):
+                return line
+            if not line.strip():
+                continue
+            header = _HEADER.match(line)
+            if header is not None:
+                return self._content_length_frame(int(header.group(1)))
+            return Frame(NDJSON, line, len(line))
+
+    # -- lines ----------------------------------------------------------------------------
+
+    def _line(self) -> bytes | Frame | None:
+        """The next line without its ``\\n``; a Frame if it was over the limit; None at the end."""
+        searched = 0  # bytes after _pos known to hold no newline (_fill moves _pos, not this)
+        while True:
+            end = self._buf.find(b"\n", self._pos + searched)
+            if end >= 0:
+                if end - self._pos > self._max:
+                    size, self._pos = end - self._pos, end + 1
+                    return Frame(NDJSON, None, size)
+                line = bytes(self._buf[self._pos : end])
+                self._pos = end + 1
+                return line
+            searched = len(self._buf) - self._pos
+            if searched > self._max:
+                return self._skip_long_line()
+            if self._eof:
+                if self._pos == len(self._buf):
+                    return None
+                line = bytes(self._buf[self._pos :])
+                self._pos = len(self._buf)
+                return line
+            self._fill()
+
+    def _skip_long_line(self) -> Frame:
+        size = len(self._buf) - self._pos
+        self._consume_all()
+        while not self._eof:
+            self._fill()
+            end = self._buf.find(b"\n")
+            if end >= 0:
+                size += end
+                self._pos = end + 1
+                return Frame(NDJSON, None, size)
+            size += len(self._buf)
+            self._consume_all()
+        return Frame(NDJSON, None, size)
+
+    # -- Content-Length -------------------------------------------------------------------
+
+    def _content_length_frame(self, length: int) -> Frame:
+        header_bytes = 0
+        while True:  # the remaining headers, up to the empty line
+            line = self._line()
+            if line is None or isinstance(line, Frame):
+                return Frame(CONTENT_LENGTH, b"", 0)
+            header_bytes += len(line)
+            if not line.strip() or header_bytes > _MAX_HEADER_BYTES:
+                break
+        if length > self._max:
+            self._skip_bytes(length)
+            return Frame(CONTENT_LENGTH, None, length)
+        while len(self._buf) - self._pos < length and not self._eof:
+            self._fill()
+        body = bytes(self._buf[self._pos : self._pos + length])
+        self._pos += len(body)
+        return Frame(CONTENT_LENGTH, body, len(body))
+
+    def _skip_bytes(self, count: int) -> None:
+        while count > 0:
+            available = len(self._buf) - self._pos
+            if available == 0:
+                if self._eof:
+                    return
+                self._fill()
+                continue
+            step = min(available, count)
+            self._pos += step
+            count -= step
+
+    # -- input ----------------------------------------------------------------------------
+
+    def _consume_all(self) -> None:
+        self._buf.clear()
+        self._pos = 0
+
+    def _fill(self) -> None:
+        if self._pos:
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._before_wait()
+        chunk = os.read(self._fd, _READ_SIZE)
+        if chunk:
+            self._buf += chunk
+        else:
+            self._eof = True
+
+
+class FrameWriter:
+    """Buffered writer of framed messages to file descriptor ``fd``."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._pending: list[bytes] = []
+        self._size = 0
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def write(self, framing: str, body: bytes) -> None:
+        """Queue ``body`` framed as ``framing``; flushes once a lot is queued."""
+        if framing == CONTENT_LENGTH:
+            self._pending.append(b"Content-Length: %d\r\n\r\n" % len(body))
+            self._pending.append(body)
+        else:
+            self._pending.append(body)
+            self._pending.append(b"\n")
+        self._size += len(body)
+        if self._size >= _FLUSH_AT:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write everything queued (BrokenPipeError if the reader is gone)."""
+        if not self._pending:
+            return
+        data = memoryview(b"".join(self._pending))
+        self._pending.clear()
+        self._size = 0
+        while data:
+            written = os.write(self._fd, data)
+            data = data[written:]

@@ -1,0 +1,385 @@
+"""Explanations of a migration choice: what the scorer picks, the runner-up, the numbers behind
+each, and, when nothing should move, why.
+
+Every number comes from the scorers' own functions on the same view and candidate batch
+(:mod:`core.scheduler`, :mod:`core.whatif`, :mod:`core.topsis`), so an explanation agrees with
+``score_best_balancing_migration_candidates[_topsis]`` to the last bit. All loads and
+imbalances are fractions; ``to_wire()`` gives JSON-ready dicts with kebab-case keys.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .candidates import CandidateBatch, Migration, ScoredMigration
+from .errors import InvalidInputError
+from .imbalance import Formula
+from .modes import Candidates, Scheduler
+from .scheduler import (
+    Method,
+    calculate_node_imbalance,
+    check_limit,
+    check_method,
+    exact_imbalances,
+    score_bruteforce,
+    score_migrations,
+    topsis_criteria,
+)
+from .topsis import WEIGHTS, TopsisSolution, topsis_solve
+from .usage import NodeView
+from .whatif import WhatIf, what_if
+
+#: Reasons (machine-readable); all but MIGRATE say why nothing would move.
+MIGRATE = "migrate"
+THRESHOLD_REACHED = "threshold-reached"
+NO_CANDIDATES = "no-candidates"
+NO_IMPROVEMENT = "no-improvement"
+MARGIN_NOT_REACHED = "margin-not-reached"
+
+#: TOPSIS criteria in matrix column order (see :func:`core.topsis.load_criteria`).
+TOPSIS_CRITERIA = ("average-cpu", "highest-cpu", "average-memory", "highest-memory")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLoad:
+    """One node's cpu load, memory load and load (their mean), as fractions of its capacity."""
+
+    name: str
+    cpu: float
+    mem: float
+    load: float
+
+    def to_wire(self) -> dict:
+        return {"node": self.name, "cpu-load": self.cpu, "mem-load": self.mem, "load": self.load}
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterLoad:
+    """Every node's load in node order, and the node imbalance (untruncated, the scheduler's formula)."""
+
+    nodes: tuple[NodeLoad, ...]
+    imbalance: float
+
+    def to_wire(self) -> dict:
+        return {"imbalance": self.imbalance, "nodes": [n.to_wire() for n in self.nodes]}
+
+
+def cluster_load(view: NodeView, formula: Formula) -> ClusterLoad:
+    """The loads of ``view`` and their imbalance, exactly as :func:`calculate_node_imbalance` sees them."""
+    loads = zip(view.names, view.cpu_loads().tolist(), view.mem_loads().tolist(), view.loads().tolist())
+    return ClusterLoad(tuple(NodeLoad(*node) for node in loads), calculate_node_imbalance(view, formula))
+
+
+@dataclass(frozen=True, slots=True)
+class NodeChange:
+    """A node's load before and after a migration (``before.name == after.name``)."""
+
+    before: NodeLoad
+    after: NodeLoad
+
+    def to_wire(self) -> dict:
+        def loads(n: NodeLoad) -> dict:
+            return {"cpu-load": n.cpu, "mem-load": n.mem, "load": n.load}
+
+        return {"node": self.before.name, "before": loads(self.before), "after": loads(self.after)}
+
+
+@dataclass(frozen=True, slots=True)
+class TopsisRow:
+    """A candidate's TOPSIS numbers: its criteria (raw: 1 + RMS or 1 + max of the what-if loads,
+    in :data:`TOPSIS_CRITERIA` order) and normalised (column divided by its L2 norm over all
+    candidates), its weighted distances to the ideal best and worst, and its score in [0, 1]."""
+
+    criteria: tuple[float, ...]
+    normalised: tuple[float, ...]
+    to_best: float
+    to_worst: float
+    score: float
+
+    def to_wire(self) -> dict:
+        return {
+            "criteria": list(self.criteria),
+            "normalised": list(self.normalised),
+            "distance-to-best": self.to_best,
+            "distance-to-worst": self.to_worst,
+            "score": self.score,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TopsisIdeal:
+    """The TOPSIS reference points over all candidates: normalised weights, ideal best and worst
+    (per criterion, :data:`TOPSIS_CRITERIA` order; every criterion is minimised)."""
+
+    weights: tuple[float, ...]
+    best: tuple[float, ...]
+    worst: tuple[float, ...]
+
+    def to_wire(self) -> dict:
+        return {
+            "criteria": list(TOPSIS_CRITERIA),
+            "weights": list(self.weights),
+            "ideal-best": list(self.best),
+            "ideal-worst": list(self.worst),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationDetail:
+    """One scored candidate: the migration, the scorer's (truncated) what-if imbalance, the load
+    of its source and target node before and after, and its TOPSIS numbers (TOPSIS only).
+
+    ``index`` is the candidate's position in the expanded candidate list (bundle, then target order).
+    """
+
+    index: int
+    migration: Migration
+    imbalance: float
+    source: NodeChange
+    target: NodeChange
+    topsis: TopsisRow | None = None
+
+    def to_wire(self) -> dict:
+        wire = {
+            "candidate-index": self.index,
+            "migration": self.migration.to_wire(),
+            "imbalance": self.imbalance,
+            "source": self.source.to_wire(),
+            "target": self.target.to_wire(),
+        }
+        if self.topsis is not None:
+            wire["topsis"] = self.topsis.to_wire()
+        return wire
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """Why a scoring call chooses what it chooses, or why nothing should move.
+
+    ``chosen``: what the scorer returns with ``limit`` (best first); ``runner_up``: the next one.
+    ``best_imbalance``: the lowest truncated what-if imbalance of any candidate (for TOPSIS it may
+    belong to another candidate than the chosen one). ``relative``: (current - chosen[0]) /
+    current, None without candidates or at imbalance 0. ``reason``: :data:`MIGRATE` or why not
+    (:data:`THRESHOLD_REACHED`, :data:`NO_CANDIDATES`, :data:`NO_IMPROVEMENT`,
+    :data:`MARGIN_NOT_REACHED`, checked in that order); ``message``: the same as a sentence.
+    """
+
+    method: Method
+    formula: Formula
+    limit: int
+    threshold: float | None
+    margin: float | None
+    current: ClusterLoad
+    candidate_count: int
+    chosen: tuple[MigrationDetail, ...]
+    runner_up: MigrationDetail | None
+    best_imbalance: float | None
+    relative: float | None
+    reason: str
+    message: str
+    topsis: TopsisIdeal | None = None
+
+    @property
+    def would_migrate(self) -> bool:
+        """True when the first chosen migration passes every check given."""
+        return self.reason == MIGRATE
+
+    def to_wire(self) -> dict:
+        wire = {
+            "method": self.method,
+            "imbalance-formula": self.formula,
+            "limit": self.limit,
+            "threshold": self.threshold,
+            "margin": self.margin,
+            "current": self.current.to_wire(),
+            "candidate-count": self.candidate_count,
+            "chosen": [d.to_wire() for d in self.chosen],
+            "runner-up": None if self.runner_up is None else self.runner_up.to_wire(),
+            "best-imbalance": self.best_imbalance,
+            "relative-improvement": self.relative,
+            "reason": self.reason,
+            "message": self.message,
+        }
+        if self.topsis is not None:
+            wire["topsis"] = self.topsis.to_wire()
+        return wire
+
+
+def check_fraction(field: str, value: object) -> float | None:
+    """Return ``value`` as a float if it is a finite number >= 0 (a threshold or margin), or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise InvalidInputError(field, f"must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def explain_migrations(
+    scheduler: Scheduler,
+    candidates: Candidates,
+    method: Method = "bruteforce",
+    limit: int = 1,
+    threshold: float | None = None,
+    margin: float | None = None,
+) -> Explanation:
+    """Explain ``scheduler``'s scoring of ``candidates`` (compact or expanded) with ``method`` and
+    ``limit``; see :func:`explain_batch`. The scheduler is not changed."""
+    return explain_batch(scheduler.candidate_batch(candidates), method, scheduler.formula, limit, threshold, margin)
+
+
+def explain_batch(
+    batch: CandidateBatch,
+    method: Method = "bruteforce",
+    formula: Formula = "normalized",
+    limit: int = 1,
+    threshold: float | None = None,
+    margin: float | None = None,
+) -> Explanation:
+    """Explain the scoring of ``batch`` (over ``batch.view``) with ``method`` and ``limit`` (>= 1).
+
+    ``threshold`` and ``margin`` (fractions, optional) add the HA manager's checks: nothing moves
+    when the imbalance is already <= ``threshold``, or when the first choice lowers it by less
+    than ``margin`` relative to the current imbalance. Scorer errors propagate unchanged.
+    """
+    method, limit = check_method(method), check_limit(limit)
+    if limit < 1:
+        raise InvalidInputError("limit", "must be at least 1 to explain a choice")
+    threshold, margin = check_fraction("threshold", threshold), check_fraction("margin", margin)
+    current = cluster_load(batch.view, formula)
+    scored = score_migrations(batch, limit + 1, method, formula)
+    details, ideal = _details(batch, scored, current, method, formula)
+    best = None
+    if scored:
+        best = scored[0].imbalance if method == "bruteforce" else score_bruteforce(batch, 1, formula)[0].imbalance
+    relative = _relative(current.imbalance, scored[0].imbalance) if scored else None
+    reason = _reason(current.imbalance, best, relative, threshold, margin)
+    top = details[0] if details else None
+    return Explanation(
+        method=method,
+        formula=formula,
+        limit=limit,
+        threshold=threshold,
+        margin=margin,
+        current=current,
+        candidate_count=len(batch),
+        chosen=tuple(details[:limit]),
+        runner_up=details[limit] if len(details) > limit else None,
+        best_imbalance=best,
+        relative=relative,
+        reason=reason,
+        message=_message(reason, current.imbalance, top, best, relative, threshold, margin),
+        topsis=ideal,
+    )
+
+
+def _relative(imbalance: float, target: float) -> float | None:
+    # As the HA manager's load_balance; undefined for a perfectly balanced (or empty) cluster.
+    return (imbalance - target) / imbalance if imbalance != 0.0 else None
+
+
+def _reason(
+    imbalance: float, best: float | None, relative: float | None, threshold: float | None, margin: float | None
+) -> str:
+    if threshold is not None and imbalance <= threshold:
+        return THRESHOLD_REACHED
+    if best is None:
+        return NO_CANDIDATES
+    if best >= imbalance:
+        return NO_IMPROVEMENT
+    if margin is not None and relative < margin:
+        return MARGIN_NOT_REACHED
+    return MIGRATE
+
+
+def _message(
+    reason: str,
+    imbalance: float,
+    top: MigrationDetail | None,
+    best: float | None,
+    relative: float | None,
+    threshold: float | None,
+    margin: float | None,
+) -> str:
+    if reason == THRESHOLD_REACHED:
+        return f"The imbalance {imbalance:.4f} is at or under the threshold {threshold:.4f}; nothing needs to move."
+    if reason == NO_CANDIDATES:
+        return "There is no migration candidate: no bundle has an allowed target node."
+    if reason == NO_IMPROVEMENT:
+        return f"No migration would lower the imbalance {imbalance:.4f}: the best candidate would leave {best:.4f}."
+    m = top.migration
+    move = f"{m.sid} from {m.source_node} to {m.target_node}"
+    # TOPSIS may choose a move that raises the imbalance, hence the signed change.
+    change = f"takes the imbalance from {imbalance:.4f} to {top.imbalance:.4f} ({-relative:+.1%})"
+    if reason == MARGIN_NOT_REACHED:
+        return f"The chosen migration, {move}, {change}: less of a gain than the margin of {margin:.1%}."
+    return f"Migrate {move}: it {change}."
+
+
+def _details(
+    batch: CandidateBatch, scored: list[ScoredMigration], current: ClusterLoad, method: Method, formula: Formula
+) -> tuple[list[MigrationDetail], TopsisIdeal | None]:
+    if not scored:
+        return [], None
+    w = what_if(batch)
+    criteria = topsis_criteria(w) if method == "topsis" else None
+    solution = topsis_solve(criteria) if criteria is not None else None
+    rows = _rows_of(w, scored, formula)
+    details = [_detail(w, row, s, current, criteria, solution) for row, s in zip(rows, scored)]
+    ideal = None
+    if solution is not None:
+        ideal = TopsisIdeal(tuple(WEIGHTS.tolist()), tuple(solution.best.tolist()), tuple(solution.worst.tolist()))
+    return details, ideal
+
+
+def _rows_of(w: WhatIf, scored: list[ScoredMigration], formula: Formula) -> list[int]:
+    """The batch row behind each scored migration. Rows with the same migration can differ in
+    stats (a leader listed in two bundles), so the row must also give the scored imbalance."""
+    batch = w.batch
+    index = batch.view.index()
+    free = np.ones(len(batch), dtype=bool)
+    out = []
+    for s in scored:
+        m = s.migration
+        sids = [i for i, sid in enumerate(batch.sids) if sid == m.sid]
+        same = (
+            np.isin(batch.sid_index, sids) & (batch.src == index[m.source_node]) & (batch.tgt == index[m.target_node])
+        )
+        rows = np.flatnonzero(same & free)
+        row = int(rows[np.flatnonzero(exact_imbalances(w, rows, formula) == s.imbalance)[0]])
+        free[row] = False
+        out.append(row)
+    return out
+
+
+def _detail(
+    w: WhatIf,
+    row: int,
+    scored: ScoredMigration,
+    current: ClusterLoad,
+    criteria: np.ndarray | None,
+    solution: TopsisSolution | None,
+) -> MigrationDetail:
+    batch = w.batch
+    src, tgt = int(batch.src[row]), int(batch.tgt[row])
+    source_after = NodeLoad(batch.view.names[src], float(w.cpu_src[row]), float(w.mem_src[row]), float(w.load_src[row]))
+    target_after = NodeLoad(batch.view.names[tgt], float(w.cpu_tgt[row]), float(w.mem_tgt[row]), float(w.load_tgt[row]))
+    topsis = None
+    if solution is not None:
+        topsis = TopsisRow(
+            criteria=tuple(criteria[row].tolist()),
+            normalised=tuple(solution.normalised[row].tolist()),
+            to_best=float(solution.to_best[row]),
+            to_worst=float(solution.to_worst[row]),
+            score=float(solution.scores[row]),
+        )
+    return MigrationDetail(
+        index=row,
+        migration=scored.migration,
+        imbalance=scored.imbalance,
+        source=NodeChange(current.nodes[src], source_after),
+        target=NodeChange(current.nodes[tgt], target_after),
+        topsis=topsis,
+    )

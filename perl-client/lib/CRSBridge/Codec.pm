@@ -1,0 +1,133 @@
+package CRSBridge::Codec;
+
+# JSON for the crs-bridge client: a decoder chosen from the installed backends, and small
+# encoders the client uses to render request messages itself (faster than building Perl
+# structures first, and exact for floating point numbers).
+
+use strict;
+use warnings;
+
+use Exporter 'import';
+our @EXPORT_OK = qw(decode_json_text json_str json_num json_int json_str_list backend);
+
+# Backends that decode floating point numbers to the nearest double. JSON::XS is left out on
+# purpose: its own number parser is off by one ulp for about one value in five, which would
+# change imbalances in their last bits.
+my @DECODERS = ('Cpanel::JSON::XS', 'JSON::PP');
+
+my ($BACKEND, $DECODER);
+
+=head1 NAME
+
+CRSBridge::Codec - JSON decoding and request encoding for the crs-bridge Perl client
+
+=head1 FUNCTIONS
+
+=over
+
+=item backend()
+
+Name of the JSON module used for decoding server answers: C<Cpanel::JSON::XS> when installed,
+else C<JSON::PP>. Setting the environment variable C<CRS_BRIDGE_JSON=PP> forces C<JSON::PP>
+(for tests and benchmarks); C<CRS_BRIDGE_JSON=XS> requires C<Cpanel::JSON::XS>. JSON::XS is
+not used: it decodes some floating point numbers one unit in the last place off.
+
+=cut
+
+sub backend {
+    _init() if !$DECODER;
+    return $BACKEND;
+}
+
+sub _init {
+    my $want = $ENV{CRS_BRIDGE_JSON} // '';
+    my @try = $want eq 'PP' ? ('JSON::PP')
+        : $want eq 'XS' ? ('Cpanel::JSON::XS')
+        : $want eq '' ? @DECODERS
+        : die "crs-bridge: CRS_BRIDGE_JSON must be 'PP' or 'XS', got '$want'\n";
+    for my $module (@try) {
+        (my $file = "$module.pm") =~ s{::}{/}g;
+        next if !eval { require $file; 1 };
+        $BACKEND = $module;
+        $DECODER = $module->new->utf8(1)->allow_nonref(1);
+        return;
+    }
+    die "crs-bridge: no usable JSON module (tried @try)\n";
+}
+
+=item decode_json_text($bytes)
+
+Decode one UTF-8 encoded JSON text; dies with the decoder's message on malformed input.
+
+=cut
+
+sub decode_json_text {
+    _init() if !$DECODER;
+    return $DECODER->decode($_[0]);
+}
+
+my %ESCAPE = (
+    '"' => '\\"', '\\' => '\\\\', "\n" => '\\n', "\r" => '\\r', "\t" => '\\t',
+    "\b" => '\\b', "\f" => '\\f',
+);
+$ESCAPE{chr $_} //= sprintf('\\u%04x', $_) for 0 .. 0x1f;
+
+=item json_str($string)
+
+A JSON string literal. Characters above ASCII are kept as they are; the whole message is
+encoded to UTF-8 when it is written (a byte string counts as Latin-1, as perlmod reads it).
+
+=cut
+
+sub json_str {
+    my $s = "$_[0]";
+    $s =~ s/(["\\\x00-\x1f])/$ESCAPE{$1}/g if $s =~ /["\\\x00-\x1f]/;
+    return qq("$s");
+}
+
+=item json_str_list(\@strings)
+
+A JSON array of string literals.
+
+=cut
+
+sub json_str_list {
+    my ($list) = @_;
+    return '[]' if !@$list;
+    my $joined = join("\0", @$list);
+    if ($joined !~ /["\\\x00-\x1f]/) {
+        # Fast path: nothing to escape (the separator is refused by the check below).
+        return '["' . join('","', @$list) . '"]';
+    }
+    return '[' . join(',', map { json_str($_) } @$list) . ']';
+}
+
+=item json_num($number)
+
+A JSON number that reads back as exactly the same double (shortest of 15 or 17 significant
+digits). The caller guarantees a finite number.
+
+=cut
+
+sub json_num {
+    my $v = 0 + $_[0];
+    my $s = sprintf('%.15g', $v);
+    $s = sprintf('%.17g', $v) if $s != $v;
+    return $s;
+}
+
+=item json_int($integer)
+
+A JSON integer (the caller guarantees an integral value within the accepted bounds).
+
+=cut
+
+sub json_int {
+    return '' . int($_[0]);
+}
+
+=back
+
+=cut
+
+1;

@@ -1,0 +1,421 @@
+package CRSBridge::Connection;
+
+# The one crs-bridge server of this Perl process, shared by all scheduler objects.
+#
+# Mutations (add_node, add_service, ...) are only appended to their object's journal; they
+# reach the server as JSON-RPC batches, sent ahead of the next query or whenever enough have
+# piled up (without waiting for the answer, so the server works while Perl builds the rest).
+# The journals also make the server disposable: a new server (after a crash, a timeout or a
+# fork) gets every live object re-created and its journal replayed before the next call.
+
+use strict;
+use warnings;
+
+use Time::HiRes qw(time);
+
+use CRSBridge::Codec qw(decode_json_text json_str);
+use CRSBridge::Process;
+
+# Buffered mutations sent as one batch once this many have piled up (also the largest batch).
+use constant CHUNK => 500;
+
+my $CURRENT;       # the connection of this process ($CURRENT->{pid} == $$), or one inherited across fork
+my %LIVE;          # object id -> state of every live scheduler object of this process
+my $SERVERS = 0;   # servers started so far, to tell a handle's server apart from the current one
+
+=head1 NAME
+
+CRSBridge::Connection - the shared crs-bridge server of a Perl process, with journals and restore
+
+=head1 ENVIRONMENT
+
+=over
+
+=item CRS_BRIDGE_TIMEOUT
+
+Seconds a call may take before the server is considered hung (default 5, well under the HA
+manager's 10 second round). The server is then killed and the call dies with a message saying
+so; the next call starts a new server and restores every object.
+
+=item CRS_BRIDGE_START_TIMEOUT
+
+Seconds allowed for the first answer of a freshly started server, which includes Python's
+start-up (default 20).
+
+=back
+
+See L<CRSBridge::Process> for C<CRS_BRIDGE_COMMAND> and C<CRS_BRIDGE_LOG>.
+
+=head1 OBJECT STATE
+
+A scheduler object's state is a hash: C<id>, C<mode>, C<imbalance>, C<handle> and C<srv>
+(its server-side handle and the server it is valid on), C<jm>/C<jf> (journal: method names
+and JSON parameter texts), C<sent> (journal entries already queued to the current server),
+C<poison> (set when the server refused a buffered mutation).
+
+=head1 METHODS
+
+=over
+
+=item instance()
+
+The connection of the calling process; after a fork the child gets a new one (its server is
+started on first use, and every live object is restored there), and leaves the parent's
+server alone.
+
+=cut
+
+sub instance {
+    return $CURRENT if $CURRENT && $CURRENT->{pid} == $$;
+    $CURRENT->_abandon if $CURRENT;
+    return $CURRENT = bless {
+        pid => $$, proc => undef, srv => '', next_id => 1,
+        dirty => [], frees => [], batches => [], pending => 0,
+    }, __PACKAGE__;
+}
+
+=item server_pid()
+
+Process id of the current server (undef when none runs); for tests and diagnostics.
+
+=cut
+
+sub server_pid {
+    my ($self) = @_;
+    return $self->{proc} ? $self->{proc}->pid : undef;
+}
+
+=item create(\%state)
+
+Creates the object on the server (C<scheduler.new> with the state's C<mode> and
+C<imbalance>), starting the server if needed, and registers the state as live.
+
+=cut
+
+my $NEXT_OBJECT = 0;
+
+sub create {
+    my ($self, $st) = @_;
+    $st->{id} = ++$NEXT_OBJECT;
+    @$st{qw(jm jf sent)} = ([], [], 0);
+    my $result = $self->call(undef, 'scheduler.new', _new_params($st));
+    $st->{handle} = $result->{scheduler};
+    $st->{srv} = $self->{srv};
+    $LIVE{ $st->{id} } = $st;
+    return;
+}
+
+sub _new_params {
+    my ($st) = @_;
+    return '{"mode":' . json_str($st->{mode}) . ',"imbalance":' . json_str($st->{imbalance}) . '}';
+}
+
+=item mutate(\%state, $method, $params_json)
+
+Journals a mutation (C<$params_json>: the parameters after the handle, as JSON object members
+without braces). It is sent later; the caller has already checked that it succeeds.
+
+=cut
+
+sub mutate {
+    my ($self, $st, $method, $params) = @_;
+    push @{ $self->{dirty} }, $st if $st->{sent} == @{ $st->{jm} };
+    push @{ $st->{jm} }, $method;
+    push @{ $st->{jf} }, $params;
+    $self->_flush_quietly if ++$self->{pending} >= CHUNK;
+    return;
+}
+
+=item call_mutation(\%state, $method, $params_json)
+
+Sends a mutation at once (after the buffered ones) and journals it when the server accepts
+it; dies with the server's message otherwise.
+
+=cut
+
+sub call_mutation {
+    my ($self, $st, $method, $params) = @_;
+    $self->call($st, "scheduler.$method", $params);
+    push @{ $st->{jm} }, $method;
+    push @{ $st->{jf} }, $params;
+    $st->{sent} = @{ $st->{jm} };    # the call flushed everything before it
+    return;
+}
+
+=item call(\%state, $method, $params_json)
+
+Sends the buffered mutations, then C<$method> (full name) with the state's handle and
+C<$params_json> (members without braces; for a state of undef, a whole JSON object), and
+returns the decoded result. Dies with the server's message plus a newline on an error answer.
+A server that dies during the call is replaced, the objects restored and the call retried
+once; a hung server is killed and the call dies.
+
+=cut
+
+sub call {
+    my ($self, $st, $method, $params) = @_;
+    for my $attempt (1, 2) {
+        my $answer = eval { $self->_call_once($st, $method, $params) };
+        return _result($answer, $st) if $answer;
+        my $error = $@;
+        die $error if !(ref $error && $error->isa('CRSBridge::Process::Error'));
+        $self->_server_failed($error, $method, $attempt);
+    }
+}
+
+sub _call_once {
+    my ($self, $st, $method, $params) = @_;
+    $self->_ensure_server;
+    die $st->{poison} if $st && $st->{poison};
+    $self->_flush;
+    my $id = $self->{next_id}++;
+    my $p = $st ? '{"scheduler":' . json_str($st->{handle}) . ($params eq '' ? '' : ",$params") . '}' : $params;
+    my $line = qq({"jsonrpc":"2.0","id":$id,"method":"$method","params":$p}\n);
+    utf8::encode($line);
+    $self->{proc}->queue($line);
+    my $answer = $self->_await($id, $self->_deadline);
+    die $st->{poison} if $st && $st->{poison};
+    return $answer;
+}
+
+sub _result {
+    my ($answer, $st) = @_;
+    my $error = $answer->{error} or return $answer->{result};
+    my ($code, $message) = ($error->{code} // 0, $error->{message} // 'no message');
+    die "$message\n" if $code == -32000 || $code == -32602;
+    die "crs-bridge: the server lost this scheduler object ($message)\n" if $code == -32001;
+    die "crs-bridge: server error $code: $message\n";
+}
+
+# A died or timed-out server: drop it, and either let the caller retry or die saying why.
+sub _server_failed {
+    my ($self, $error, $method, $attempt) = @_;
+    my $proc = delete $self->{proc};
+    my $timeout = $error->kind eq 'timeout';
+    my $limit = $proc->answered ? _seconds('CRS_BRIDGE_TIMEOUT', 5) : _seconds('CRS_BRIDGE_START_TIMEOUT', 20);
+    my $pid = $proc->pid;
+    if ($timeout) {
+        $proc->kill;
+        die "crs-bridge: no answer from the server (pid $pid) within $limit s to $method; "
+            . "killed it, the next call starts a new one and restores the scheduler objects"
+            . " (CRS_BRIDGE_TIMEOUT sets the limit)\n" if $proc->answered;
+        die "crs-bridge: cannot start the server '$proc->{cmd}': no answer within $limit s"
+            . " (CRS_BRIDGE_START_TIMEOUT sets the limit); killed it\n";
+    }
+    my $how = $proc->exit_description;
+    $proc->kill;
+    die "crs-bridge: cannot start the server '$proc->{cmd}': it ended before answering ($how)\n"
+        if !$proc->answered;
+    die "crs-bridge: the server died twice during $method ($how); giving up on this call\n"
+        if $attempt > 1;
+    return;    # retry: the next attempt starts a new server and restores the objects
+}
+
+sub _seconds {
+    my ($var, $default) = @_;
+    my $value = $ENV{$var};
+    return $default if !defined $value || $value eq '';
+    die "crs-bridge: $var must be a positive number of seconds, got '$value'\n"
+        if $value !~ /^\s*(?:\d+\.?\d*|\.\d+)\s*$/ || $value <= 0;
+    return 0 + $value;
+}
+
+sub _deadline {
+    my ($self) = @_;
+    my $limit = $self->{proc}->answered
+        ? _seconds('CRS_BRIDGE_TIMEOUT', 5)
+        : _seconds('CRS_BRIDGE_START_TIMEOUT', 20);
+    return time + $limit;
+}
+
+# -- server lifecycle and restore ------------------------------------------------------------
+
+sub _ensure_server {
+    my ($self) = @_;
+    return if $self->{proc};
+    $self->{proc} = CRSBridge::Process->spawn;
+    $self->{srv} = ++$SERVERS . "/$$";
+    @$self{qw(dirty frees batches pending)} = ([], [], [], 0);
+    $self->_restore;
+    return;
+}
+
+# Re-create every live object on the new server and mark its whole journal as unsent; the
+# next flush replays the journals, as one batch per object (split if very long).
+sub _restore {
+    my ($self) = @_;
+    my @states = sort { $a->{id} <=> $b->{id} } grep { !$_->{poison} } values %LIVE;
+    return if !@states;
+    my $first = $self->{next_id};
+    my @requests = map {
+        qq({"jsonrpc":"2.0","id":) . $self->{next_id}++ . qq(,"method":"scheduler.new","params":) . _new_params($_) . '}'
+    } @states;
+    my $line = '[' . join(',', @requests) . "]\n";
+    utf8::encode($line);
+    $self->{proc}->queue($line);
+    my $deadline = $self->_deadline;
+    my $answers;
+    while (!$answers) {
+        my $got = $self->{proc}->read_line($deadline);
+        $answers = decode_json_text($got) if substr($got, 0, 1) eq '[';
+    }
+    my %by_id = map { ($_->{id} // '') => $_ } @$answers;
+    for my $i (0 .. $#states) {
+        my ($st, $answer) = ($states[$i], $by_id{ $first + $i });
+        if (!$answer || $answer->{error}) {
+            $st->{poison} = "crs-bridge: could not restore this scheduler object on a new server: "
+                . ($answer ? $answer->{error}{message} : 'no answer') . "\n";
+            next;
+        }
+        @$st{qw(handle srv sent)} = ($answer->{result}{scheduler}, $self->{srv}, 0);
+        push @{ $self->{dirty} }, $st if @{ $st->{jm} };
+    }
+    return;
+}
+
+# -- batches ---------------------------------------------------------------------------------
+
+# Queue all unsent journal entries (and frees) as batches; answers are checked as they come.
+sub _flush {
+    my ($self) = @_;
+    $self->{pending} = 0;
+    return if !$self->{proc};
+    my $srv = $self->{srv};
+    my (@parts, @owners);
+    my $id = $self->{next_id};
+    for my $st (@{ $self->{dirty} }) {
+        next if $st->{dead} || $st->{poison} || $st->{srv} ne $srv;
+        my ($jm, $jf, $from) = ($st->{jm}, $st->{jf}, $st->{sent});
+        next if $from >= @$jm;
+        my $head = '{"jsonrpc":"2.0","method":"scheduler.';
+        my $handle = ',"params":{"scheduler":' . json_str($st->{handle}) . ',';
+        for my $i ($from .. $#$jm) {
+            push @parts, $head . $jm->[$i] . '","id":' . $id++ . $handle . $jf->[$i] . '}}';
+            push @owners, [ $st, $i ];
+        }
+        $st->{sent} = @$jm;
+    }
+    $self->{dirty} = [];
+    for my $handle (@{ $self->{frees} }) {
+        push @parts, '{"jsonrpc":"2.0","method":"scheduler.free","id":' . $id++
+            . ',"params":{"scheduler":' . json_str($handle) . '}}';
+        push @owners, undef;
+    }
+    $self->{frees} = [];
+    my $first = $self->{next_id};
+    $self->{next_id} = $id;
+    for (my $at = 0; $at < @parts; $at += CHUNK) {
+        my $last = $at + CHUNK - 1 < $#parts ? $at + CHUNK - 1 : $#parts;
+        my $line = '[' . join(',', @parts[$at .. $last]) . "]\n";
+        utf8::encode($line);
+        push @{ $self->{batches} }, { first => $first + $at, owners => [ @owners[$at .. $last] ] };
+        $self->{proc}->queue($line);
+    }
+    return;
+}
+
+# A flush from mutate: a dead server must not fail the mutation (the next call restores).
+sub _flush_quietly {
+    my ($self) = @_;
+    return if !eval { $self->_flush; 1 } && !_server_error($@);
+    return;
+}
+
+sub _server_error {
+    my ($error) = @_;
+    die $error if !(ref $error && $error->isa('CRSBridge::Process::Error'));
+    return 1;
+}
+
+# Read answers until the one for request $id; batch answers on the way are checked.
+sub _await {
+    my ($self, $id, $deadline) = @_;
+    while (1) {
+        my $line = $self->{proc}->read_line($deadline);
+        if (substr($line, 0, 1) eq '[') {
+            $self->_batch_answered($line);
+            next;
+        }
+        my $answer = eval { decode_json_text($line) };
+        die "crs-bridge: the server sent something that is not JSON: " . substr($line, 0, 200) . "\n"
+            if ref $answer ne 'HASH';
+        return $answer if defined $answer->{id} && $answer->{id} eq $id;
+        if (!defined $answer->{id} && $answer->{error} && @{ $self->{batches} }) {
+            # A batch refused as a whole (e.g. over the server's size limit).
+            my $batch = shift @{ $self->{batches} };
+            _poison($_->[0], $answer->{error}{message}, 'batch') for grep { $_ } @{ $batch->{owners} };
+            next;
+        }
+        die "crs-bridge: unexpected answer from the server: " . substr($line, 0, 200) . "\n";
+    }
+}
+
+sub _batch_answered {
+    my ($self, $line) = @_;
+    my $batch = shift @{ $self->{batches} };
+    return if index($line, '"error"') < 0;    # all mutations succeeded (their results are null)
+    my $answers = decode_json_text($line);
+    for my $answer (@$answers) {
+        next if !$answer->{error} || !$batch;
+        my $owner = $batch->{owners}[ ($answer->{id} // -1) - $batch->{first} ] or next;
+        my ($st, $index) = @$owner;
+        _poison($st, $answer->{error}{message}, $st->{jm}[$index]);
+    }
+    return;
+}
+
+sub _poison {
+    my ($st, $message, $method) = @_;
+    $st->{poison} //= "crs-bridge: the server refused a buffered $method of this scheduler object"
+        . " ($message); the object is unusable, create a new one\n";
+    return;
+}
+
+# -- object end, fork, process end -----------------------------------------------------------
+
+=item release(\%state)
+
+Called when an object is destroyed: forgets it and frees its server-side state with the next
+batch, unless its handle belongs to another server (a forked parent's, or a dead one).
+
+=cut
+
+sub release {
+    my ($class, $st) = @_;
+    delete $LIVE{ $st->{id} // '' };
+    $st->{dead} = 1;
+    my $self = $CURRENT;
+    return if !$self || $self->{pid} != $$ || !$self->{proc} || ($st->{srv} // '') ne $self->{srv};
+    push @{ $self->{frees} }, $st->{handle};
+    return;
+}
+
+sub _abandon {
+    my ($self) = @_;
+    $self->{proc}->abandon if $self->{proc} && $self->{proc}->owner != $$;
+    $self->{proc} = undef;
+    return;
+}
+
+=item shutdown()
+
+Stops this process's server (at program end).
+
+=cut
+
+sub shutdown {
+    my ($self) = @_;
+    my $proc = delete $self->{proc} or return;
+    $proc->stop;
+    return;
+}
+
+END {
+    $CURRENT->shutdown if $CURRENT && $CURRENT->{pid} == $$;
+}
+
+=back
+
+=cut
+
+1;

@@ -1,0 +1,167 @@
+package CRSBridge::Mirror;
+
+# What the client knows of a scheduler object's usage without asking the server: node names
+# in insertion order and where each resource is placed. Enough to raise upstream's semantic
+# errors at the call that causes them while the mutation itself is only buffered, and to
+# answer list_nodes and contains_node locally. Semantics follow core/usage.py (which follows
+# upstream's crate), including "a failed operation changes nothing".
+
+use strict;
+use warnings;
+
+=head1 NAME
+
+CRSBridge::Mirror - client-side mirror of a scheduler's node names and resource placements
+
+=head1 METHODS
+
+Methods named C<add_*>/C<legacy_add> check first and die with upstream's message (ending in
+a newline) without changing anything; C<remove_*> return whether something was removed
+(removing an unknown name is a no-op, as upstream).
+
+=over
+
+=item new()
+
+An empty mirror.
+
+=cut
+
+sub new {
+    my ($class) = @_;
+    # order: node names in insertion order; nodes: name -> { sid => 1 }; res: sid -> [current, target]
+    return bless { order => [], nodes => {}, res => {} }, $class;
+}
+
+=item node_names() / has_node($name)
+
+Node names in insertion order (a new array reference); whether a node exists.
+
+=cut
+
+sub node_names { return [ @{ $_[0]{order} } ] }
+
+sub has_node { return exists $_[0]{nodes}{ $_[1] } }
+
+=item has_resource($sid)
+
+Whether a resource exists.
+
+=cut
+
+sub has_resource { return exists $_[0]{res}{ $_[1] } }
+
+=item add_node($name)
+
+Dies with C<node '<name>' already exists>.
+
+=cut
+
+sub add_node {
+    my ($self, $name) = @_;
+    die "node '$name' already exists\n" if exists $self->{nodes}{$name};
+    $self->{nodes}{$name} = {};
+    push @{ $self->{order} }, $name;
+    return;
+}
+
+=item remove_node($name)
+
+Removes the node; its stationary resources go, a moving resource stays on its other node.
+
+=cut
+
+sub remove_node {
+    my ($self, $name) = @_;
+    my $sids = delete $self->{nodes}{$name} or return 0;
+    $self->{order} = [ grep { $_ ne $name } @{ $self->{order} } ];
+    for my $sid (keys %$sids) {
+        my ($current, $target) = @{ $self->{res}{$sid} };
+        if (!defined $target) {
+            delete $self->{res}{$sid};
+        } else {
+            $self->{res}{$sid} = [ $current eq $name ? $target : $current ];
+        }
+    }
+    return 1;
+}
+
+=item check_resource($sid, $current, $target)
+
+Upstream's checks for adding a resource, in upstream's order: duplicate sid, unknown
+current node (stationary), same current and target node, unknown nodes (moving).
+
+=cut
+
+sub check_resource {
+    my ($self, $sid, $current, $target) = @_;
+    die "resource '$sid' already exists\n" if exists $self->{res}{$sid};
+    $self->_check_placement($sid, $current, $target);
+    return;
+}
+
+sub _check_placement {
+    my ($self, $sid, $current, $target) = @_;
+    my $nodes = $self->{nodes};
+    if (!defined $target) {
+        die "current node for resource '$sid' does not exist\n" if !exists $nodes->{$current};
+    } elsif ($current eq $target) {
+        die "resource '$sid' has the same current and target node\n";
+    } elsif (!exists $nodes->{$current} || !exists $nodes->{$target}) {
+        die "nodes for resource '$sid' do not exist\n";
+    }
+    return;
+}
+
+=item add_resource($sid, $current, $target)
+
+Checks (L</check_resource>) and records the placement (C<$target> undef: stationary).
+
+=cut
+
+sub add_resource {
+    my ($self, $sid, $current, $target) = @_;
+    $self->check_resource($sid, $current, $target);
+    $self->{res}{$sid} = defined $target ? [ $current, $target ] : [$current];
+    $self->{nodes}{$current}{$sid} = 1;
+    $self->{nodes}{$target}{$sid} = 1 if defined $target;
+    return;
+}
+
+=item remove_resource($sid)
+
+=cut
+
+sub remove_resource {
+    my ($self, $sid) = @_;
+    my $placement = delete $self->{res}{$sid} or return 0;
+    my $nodes = $self->{nodes};
+    delete $nodes->{$_}{$sid} for grep { exists $nodes->{$_} } @$placement;
+    return 1;
+}
+
+=item legacy_add($node, $sid)
+
+Static's C<add_service_usage_to_node>: an unknown sid is added stationary on C<$node>; a
+stationary one starts moving to C<$node>; a moving one dies with C<resource '<sid>' is already
+moving to target node '<target>'>.
+
+=cut
+
+sub legacy_add {
+    my ($self, $node, $sid) = @_;
+    my $placement = $self->{res}{$sid};
+    return $self->add_resource($sid, $node) if !$placement;
+    my ($current, $target) = @$placement;
+    die "resource '$sid' is already moving to target node '$target'\n" if defined $target;
+    $self->_check_placement($sid, $current, $node);
+    $self->remove_resource($sid);
+    $self->add_resource($sid, $current, $node);
+    return;
+}
+
+=back
+
+=cut
+
+1;

@@ -1,0 +1,240 @@
+package CRSBridge::Scheduler;
+
+# The methods PVE::RS::ResourceScheduling::Static and ::Dynamic share, and their object
+# life cycle. A subclass provides BINDING (its package name, for error texts) and MODE.
+
+use strict;
+use warnings;
+
+use CRSBridge::Args qw(check_arity check_invocant arg_string arg_usize arg_f64 check_finite);
+use CRSBridge::Codec qw(json_str json_int json_num);
+use CRSBridge::Connection;
+use CRSBridge::Mirror;
+use CRSBridge::Records qw(candidates candidates_json);
+
+=head1 NAME
+
+CRSBridge::Scheduler - common base of the crs-bridge drop-ins for PVE::RS::ResourceScheduling::*
+
+=head1 DESCRIPTION
+
+See L<PVE::RS::ResourceScheduling::Static> and L<PVE::RS::ResourceScheduling::Dynamic> for
+the methods; this module holds the ones both have.
+
+=head1 ENVIRONMENT
+
+=over
+
+=item CRS_BRIDGE_IMBALANCE
+
+The imbalance formula of new objects: C<normalized> (default; proxmox-resource-scheduling
+2.1.0, coefficient of variation divided by sqrt(n - 1), within [0, 1]) or C<raw> (crate 2.0.0,
+the coefficient of variation itself, which libpve-rs-perl 0.13.0 and pve-ha-manager 5.2.0
+were built against; use it to keep HA 5.2.0's threshold semantics).
+
+=back
+
+=cut
+
+my %FORMULAS = (normalized => 1, raw => 1);
+
+sub _new {
+    my $class = shift;
+    check_arity('new', [ $class, @_ ], 'class');
+    my $formula = $ENV{CRS_BRIDGE_IMBALANCE};
+    $formula = 'normalized' if !defined $formula || $formula eq '';
+    die "crs-bridge: CRS_BRIDGE_IMBALANCE must be 'normalized' or 'raw', got '$formula'\n"
+        if !$FORMULAS{$formula};
+    my $st = { mode => $class->MODE, imbalance => $formula, mirror => CRSBridge::Mirror->new };
+    CRSBridge::Connection->instance->create($st);
+    return bless { _crs => $st }, $class;
+}
+
+# The state of a checked invocant (dies like perlmod for anything else).
+sub _state {
+    my ($self) = @_;
+    check_invocant($self, _binding($self));
+    return $self->{_crs};
+}
+
+sub _binding {
+    my ($self) = @_;
+    return eval { $self->BINDING } // 'PVE::RS::ResourceScheduling';
+}
+
+# Journal a mutation. $apply checks it against the mirror (dying with upstream's message) and
+# records it there. When the server will refuse a value ($refused), the mutation is sent at
+# once instead, so that the server's message (naming the field) is what the caller sees.
+sub _mutate {
+    my ($st, $method, $params, $refused, $apply) = @_;
+    die $st->{poison} if $st->{poison};
+    my $conn = CRSBridge::Connection->instance;
+    if ($refused) {
+        $conn->call_mutation($st, $method, $params);
+        $apply->();
+        return;
+    }
+    $apply->();
+    $conn->mutate($st, $method, $params);
+    return;
+}
+
+sub _query {
+    my ($st, $method, $params) = @_;
+    return CRSBridge::Connection->instance->call($st, "scheduler.$method", $params);
+}
+
+=head1 COMMON METHODS
+
+=over
+
+=item remove_node($nodename)
+
+Removes a node; its stationary resources go with it, a resource moving from or to it stays on
+its other node. An unknown name is a no-op. Returns nothing.
+
+=cut
+
+sub remove_node {
+    check_arity('remove_node', \@_, qw(this nodename));
+    my $st = _state($_[0]);
+    my $name = arg_string($_[1]);
+    die $st->{poison} if $st->{poison};
+    return if !$st->{mirror}->has_node($name);
+    _mutate($st, 'remove_node', '"nodename":' . json_str($name), 0, sub { $st->{mirror}->remove_node($name) });
+    return;
+}
+
+=item list_nodes()
+
+Array reference of the node names (in the order they were added; upstream's order is
+unspecified).
+
+=cut
+
+sub list_nodes {
+    check_arity('list_nodes', \@_, qw(this));
+    my $st = _state($_[0]);
+    die $st->{poison} if $st->{poison};
+    return $st->{mirror}->node_names;
+}
+
+=item contains_node($nodename)
+
+1 if the node exists, else 0.
+
+=cut
+
+sub contains_node {
+    check_arity('contains_node', \@_, qw(this nodename));
+    my $st = _state($_[0]);
+    my $name = arg_string($_[1]);
+    die $st->{poison} if $st->{poison};
+    return $st->{mirror}->has_node($name) ? 1 : 0;
+}
+
+=item calculate_node_imbalance()
+
+The node load imbalance (a number, 0 = balanced; formula per C<CRS_BRIDGE_IMBALANCE>). Static
+counts every service at its configured limits, Dynamic uses the measured node usage.
+
+=cut
+
+sub calculate_node_imbalance {
+    check_arity('calculate_node_imbalance', \@_, qw(this));
+    my $st = _state($_[0]);
+    return _query($st, 'calculate_node_imbalance', '');
+}
+
+=item score_best_balancing_migration_candidates(\@candidates, $limit)
+
+C<\@candidates>: compact candidates as the HA manager builds them, C<{ leader => $sid,
+resources => [ sids of the bundle, leader included ], nodes => [ target nodes ] }>. Returns
+an array reference of at most C<$limit> scored migrations, lowest resulting imbalance first:
+C<{ migration => { sid, 'source-node', 'target-node' }, imbalance => $number }>. Dies with
+upstream's message for an invalid candidate (e.g. C<leader 'vm:1' is non-stationary>), and
+with crs-bridge's for an unknown or same target node.
+
+=cut
+
+sub score_best_balancing_migration_candidates {
+    check_arity('score_best_balancing_migration_candidates', \@_, qw(this candidates limit));
+    return _score_migrations('score_best_balancing_migration_candidates', @_);
+}
+
+=item score_best_balancing_migration_candidates_topsis(\@candidates, $limit)
+
+As above, ranked by TOPSIS over the resulting cpu and memory loads (each with its resulting
+imbalance, not sorted by it).
+
+=cut
+
+sub score_best_balancing_migration_candidates_topsis {
+    check_arity('score_best_balancing_migration_candidates_topsis', \@_, qw(this candidates limit));
+    return _score_migrations('score_best_balancing_migration_candidates_topsis', @_);
+}
+
+sub _score_migrations {
+    my $method = shift;
+    my $st = _state($_[0]);
+    my $candidates = candidates($_[1]);
+    my $limit = arg_usize($_[2]);
+    return _query($st, $method,
+        '"candidates":' . candidates_json($candidates) . ',"limit":' . json_int($limit));
+}
+
+=back
+
+=head1 EXTRA METHODS (crs-bridge only, not in upstream's binding)
+
+=over
+
+=item select_best_balancing_migration(\@candidates, $imbalance_threshold)
+
+Scores the candidates (bruteforce) and returns one scored migration, or undef when there are
+none: with C<$imbalance_threshold> (a fraction, optional), the first candidate in input
+order whose resulting imbalance is at or under it, else the best one.
+
+=cut
+
+sub select_best_balancing_migration {
+    my $count = @_;
+    check_arity('select_best_balancing_migration', $count == 2 ? [ @_, undef ] : \@_,
+        qw(this candidates imbalance_threshold));
+    my $st = _state($_[0]);
+    my $candidates = candidates($_[1]);
+    my $threshold = 'null';
+    $threshold = json_num(check_finite('imbalance_threshold', arg_f64($_[2]))) if defined $_[2];
+    return _query($st, 'select_best_balancing_migration',
+        '"candidates":' . candidates_json($candidates) . ',"imbalance_threshold":' . $threshold);
+}
+
+=item select_best_balancing_migration_topsis(\@candidates)
+
+The TOPSIS-best scored migration, or undef when there are no candidates.
+
+=cut
+
+sub select_best_balancing_migration_topsis {
+    check_arity('select_best_balancing_migration_topsis', \@_, qw(this candidates));
+    my $st = _state($_[0]);
+    my $candidates = candidates($_[1]);
+    return _query($st, 'select_best_balancing_migration_topsis',
+        '"candidates":' . candidates_json($candidates));
+}
+
+=back
+
+=cut
+
+sub DESTROY {
+    my ($self) = @_;
+    # At program end the server is being stopped anyway.
+    return if ${^GLOBAL_PHASE} eq 'DESTRUCT';
+    local ($@, $!, $?);
+    my $st = ref $self && $self->{_crs} or return;
+    CRSBridge::Connection->release($st);
+    return;
+}
+
+1;

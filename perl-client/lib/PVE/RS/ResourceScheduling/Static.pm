@@ -1,0 +1,174 @@
+package PVE::RS::ResourceScheduling::Static;
+
+use strict;
+use warnings;
+
+use parent 'CRSBridge::Scheduler';
+
+use CRSBridge::Args qw(check_arity arg_string arg_usize);
+use CRSBridge::Codec qw(json_str json_int);
+use CRSBridge::Records qw(static_stats stats_json resource resource_json);
+
+use constant BINDING => __PACKAGE__;
+use constant MODE => 'static';
+
+=head1 NAME
+
+PVE::RS::ResourceScheduling::Static - crs-bridge drop-in for libpve-rs-perl's static scheduler
+
+=head1 SYNOPSIS
+
+    use PVE::RS::ResourceScheduling::Static;
+
+    my $usage = PVE::RS::ResourceScheduling::Static->new();
+    $usage->add_node('node1', 16, 64 * 2**30);                # cores, bytes
+    $usage->add_service('vm:100', {
+        stats => { maxcpu => 4.0, maxmem => 8 * 2**30 },
+        running => 1, 'current-node' => 'node1',
+    });
+    my $scores = $usage->score_nodes_to_start_service({ maxcpu => 2.0, maxmem => 2**30 });
+    # [ [ 'node1', 0 ] ]
+
+=head1 DESCRIPTION
+
+Same package name, methods, arguments, return shapes and error messages as
+C<PVE::RS::ResourceScheduling::Static> of libpve-rs-perl 0.13.0, computed by a crs-bridge
+server (a Python process started on first use and shared by all objects of this Perl
+process; see L<CRSBridge::Connection>). Put this library first in C<@INC>
+(C<PERL5LIB=perl-client/lib>) and PVE::HA::Usage::Static works unchanged.
+
+Static mode knows node capacities only; every service counts at its configured limits
+(C<maxcpu> cores, 0 = all cores of the node; C<maxmem> bytes) on its current node, and on its
+target node too while it moves. Errors are thrown as strings ending in a newline.
+
+Differences from upstream, on purpose: C<list_nodes> and the start scores come in insertion
+order (upstream: random); node capacities of 0, negative or non-finite values and unknown or
+same target nodes of candidates are refused with a message naming the field (upstream
+computes NaN or nonsense); a failing C<add_service_usage_to_node> changes nothing.
+
+=head1 METHODS
+
+=over
+
+=item new()
+
+A new, empty usage. Dies when the server cannot be started, saying why.
+
+=cut
+
+sub new {
+    check_arity('new', \@_, 'class');
+    my $class = shift;
+    return $class->_new(@_);
+}
+
+=item add_node($nodename, $maxcpu, $maxmem)
+
+Adds a node with C<$maxcpu> cores and C<$maxmem> bytes (integers, both > 0). Dies with
+C<node '<name>' already exists>. Returns nothing.
+
+=cut
+
+sub add_node {
+    check_arity('add_node', \@_, qw(this nodename maxcpu maxmem));
+    my $st = CRSBridge::Scheduler::_state($_[0]);
+    my $name = arg_string($_[1]);
+    my $stats = { maxcpu => arg_usize($_[2]), maxmem => arg_usize($_[3]) };
+    my (undef, $refused) = stats_json($stats, 'stats', 1);
+    CRSBridge::Scheduler::_mutate($st, 'add_node',
+        '"nodename":' . json_str($name) . ',"maxcpu":' . json_int($stats->{maxcpu})
+        . ',"maxmem":' . json_int($stats->{maxmem}),
+        $refused || $name eq '', sub { $st->{mirror}->add_node($name) });
+    return;
+}
+
+=item add_service($sid, \%service)
+
+C<\%service> = C<{ stats => { maxcpu, maxmem }, running => $bool, 'current-node' => $node,
+'target-node' => $node_or_undef }>. With a target node the service is moving and counts on
+both nodes. Dies with upstream's messages: C<resource '<sid>' already exists>, C<current node
+for resource '<sid>' does not exist>, C<resource '<sid>' has the same current and target
+node>, C<nodes for resource '<sid>' do not exist>. Returns nothing.
+
+=cut
+
+sub add_service {
+    check_arity('add_service', \@_, qw(this sid service));
+    my $st = CRSBridge::Scheduler::_state($_[0]);
+    my $sid = arg_string($_[1]);
+    my $service = resource($_[2], \&static_stats);
+    my ($json, $refused) = resource_json($service, 'service');
+    CRSBridge::Scheduler::_mutate($st, 'add_service', '"sid":' . json_str($sid) . ',"service":' . $json,
+        $refused || $sid eq '',
+        sub { $st->{mirror}->add_resource($sid, $service->{current}, $service->{target}) });
+    return;
+}
+
+=item add_service_usage_to_node($nodename, $sid, \%service_stats)
+
+Legacy (HA 5.2 no longer calls it): an unknown C<$sid> is added as running on C<$nodename>
+with C<{ maxcpu, maxmem }>; a known stationary one starts moving to C<$nodename> (keeping its
+stats); a moving one dies with C<resource '<sid>' is already moving to target node '<t>'>.
+Returns nothing.
+
+=cut
+
+sub add_service_usage_to_node {
+    check_arity('add_service_usage_to_node', \@_, qw(this nodename sid service_stats));
+    my $st = CRSBridge::Scheduler::_state($_[0]);
+    my $name = arg_string($_[1]);
+    my $sid = arg_string($_[2]);
+    my ($json, $refused) = stats_json(static_stats($_[3]), 'service_stats');
+    CRSBridge::Scheduler::_mutate($st, 'add_service_usage_to_node',
+        '"nodename":' . json_str($name) . ',"sid":' . json_str($sid) . ',"service_stats":' . $json,
+        $refused || $sid eq '' || $name eq '', sub { $st->{mirror}->legacy_add($name, $sid) });
+    return;
+}
+
+=item remove_service_usage($sid)
+
+Removes a service from its node(s); an unknown sid is a no-op. Returns nothing.
+
+=cut
+
+sub remove_service_usage {
+    check_arity('remove_service_usage', \@_, qw(this sid));
+    my $st = CRSBridge::Scheduler::_state($_[0]);
+    my $sid = arg_string($_[1]);
+    die $st->{poison} if $st->{poison};
+    CRSBridge::Scheduler::_mutate($st, 'remove_service_usage', '"sid":' . json_str($sid), 0,
+        sub { $st->{mirror}->remove_resource($sid) }) if $st->{mirror}->has_resource($sid);
+    return;
+}
+
+=item score_nodes_to_start_service(\%service_stats)
+
+Array reference of C<[ $nodename, $score ]> for every node (in node order), score in [0, 1],
+higher is better, for starting a service with C<{ maxcpu, maxmem }> there.
+
+=cut
+
+sub score_nodes_to_start_service {
+    check_arity('score_nodes_to_start_service', \@_, qw(this service_stats));
+    my $st = CRSBridge::Scheduler::_state($_[0]);
+    my ($json) = stats_json(static_stats($_[1]), 'service_stats');
+    return CRSBridge::Scheduler::_query($st, 'score_nodes_to_start_service', '"service_stats":' . $json);
+}
+
+=back
+
+Also: C<remove_node>, C<list_nodes>, C<contains_node>, C<calculate_node_imbalance>,
+C<score_best_balancing_migration_candidates>,
+C<score_best_balancing_migration_candidates_topsis>, and the crs-bridge extras
+C<select_best_balancing_migration> and C<select_best_balancing_migration_topsis>: see
+L<CRSBridge::Scheduler>.
+
+=head1 ENVIRONMENT
+
+C<CRS_BRIDGE_COMMAND>, C<CRS_BRIDGE_LOG> (L<CRSBridge::Process>), C<CRS_BRIDGE_TIMEOUT>,
+C<CRS_BRIDGE_START_TIMEOUT> (L<CRSBridge::Connection>), C<CRS_BRIDGE_IMBALANCE>
+(L<CRSBridge::Scheduler>), C<CRS_BRIDGE_JSON> (L<CRSBridge::Codec>).
+
+=cut
+
+1;

@@ -1,0 +1,118 @@
+"""JSON-RPC 2.0 envelopes against the real server: parse errors, invalid requests, batches,
+notifications, unknown methods and internal errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.bridge_client import BridgeClient
+
+
+@pytest.fixture(scope="module")
+def bridge():
+    with BridgeClient(["--debug-methods"]) as client:
+        yield client
+
+
+def error_of(answer: dict) -> tuple[int, str]:
+    assert answer["jsonrpc"] == "2.0" and "result" not in answer
+    return answer["error"]["code"], answer["error"]["message"]
+
+
+def test_parse_error_says_where(bridge):
+    bridge.send_raw(b'{"jsonrpc": "2.0", "id": 1, "method": "bridge.info",, }')
+    answer = bridge.read()
+    code, message = error_of(answer)
+    assert code == -32700 and "line 1 column" in message
+    assert answer["id"] is None
+
+
+@pytest.mark.parametrize(
+    ("request_", "problem"),
+    [
+        (1, "object"),
+        ("bridge.info", "object"),
+        ({"jsonrpc": "1.0", "id": 1, "method": "bridge.info"}, "jsonrpc"),
+        ({"id": 1, "method": "bridge.info"}, "jsonrpc"),
+        ({"jsonrpc": "2.0", "id": 1}, "method"),
+        ({"jsonrpc": "2.0", "id": 1, "method": 7}, "method"),
+        ({"jsonrpc": "2.0", "id": True, "method": "bridge.info"}, "id"),
+        ({"jsonrpc": "2.0", "id": [1], "method": "bridge.info"}, "id"),
+        ({"jsonrpc": "2.0", "id": 1, "method": "bridge.info", "params": "x"}, "params"),
+        ({"jsonrpc": "2.0", "id": 1, "method": "bridge.info", "extra": 1}, "extra"),
+    ],
+)
+def test_invalid_request_says_what_is_wrong(bridge, request_, problem):
+    bridge.send(request_)
+    answer = bridge.read()
+    code, message = error_of(answer)
+    assert code == -32600 and problem in message
+    assert answer["id"] is None
+
+
+def test_null_id_is_a_request_not_a_notification(bridge):
+    bridge.send({"jsonrpc": "2.0", "id": None, "method": "bridge.info"})
+    answer = bridge.read()
+    assert answer["id"] is None and answer["result"]["name"] == "crs-bridge"
+
+
+def test_string_and_fractional_ids_are_echoed(bridge):
+    for ident in ["abc", 2.5, -3]:
+        bridge.send(bridge.message("bridge.info", None, ident))
+        assert bridge.read()["id"] == ident
+
+
+def test_empty_batch_gets_one_invalid_request_error(bridge):
+    bridge.send([])
+    answer = bridge.read()
+    assert isinstance(answer, dict)
+    code, message = error_of(answer)
+    assert code == -32600 and "empty batch" in message
+
+
+def test_mixed_batch_answers_each_request_but_no_notification(bridge):
+    batch = [
+        bridge.message("scheduler.new", {"mode": "static"}, "new"),
+        bridge.message("bridge.info"),  # notification
+        1,  # invalid element
+        bridge.message("no.such.method", None, "missing"),
+        bridge.message("calculate_node_imbalance", {"usage": {"mode": "static", "nodes": []}}, "imbalance"),
+    ]
+    bridge.send(batch)
+    answers = bridge.read()
+    assert isinstance(answers, list) and len(answers) == 4
+    by_id = {a["id"]: a for a in answers}
+    assert by_id["new"]["result"]["scheduler"].startswith("s")
+    assert error_of(by_id[None])[0] == -32600
+    assert error_of(by_id["missing"])[0] == -32601
+    assert by_id["imbalance"]["result"] == 0.0
+
+
+def test_batch_of_notifications_gets_no_answer(bridge):
+    before = bridge.call("bridge.info")["schedulers"]
+    bridge.send(
+        [bridge.message("scheduler.new", {"mode": "static"}), bridge.message("scheduler.new", {"mode": "dynamic"})]
+    )
+    # The next answer is the one to the next request: the batch produced none, but it ran.
+    assert bridge.call("bridge.info")["schedulers"] == before + 2
+
+
+def test_notification_runs_without_an_answer(bridge):
+    before = bridge.call("bridge.info")["schedulers"]
+    bridge.notify("scheduler.new", {"mode": "static"})
+    bridge.notify("no.such.method")  # errors of notifications are not answered either
+    assert bridge.pending_output() == b""
+    assert bridge.call("bridge.info")["schedulers"] == before + 1
+
+
+def test_unknown_method_is_named(bridge):
+    code, message = error_of(bridge.request("score_best_balancing_migration"))
+    assert code == -32601 and "'score_best_balancing_migration'" in message
+
+
+def test_internal_error_is_logged_and_the_server_keeps_serving(bridge):
+    code, message = error_of(bridge.request("debug.raise"))
+    assert code == -32603 and "RuntimeError" in message
+    assert bridge.call("bridge.info")["name"] == "crs-bridge"
+    log = bridge.stderr()
+    assert "Traceback" in log and "debug.raise" in log

@@ -1,0 +1,106 @@
+"""Framing and process lifecycle of the real server: both framings, size limit, end of input,
+``shutdown``, SIGTERM, and stdout carrying protocol only."""
+
+from __future__ import annotations
+
+import signal
+
+import orjson
+import pytest
+
+from tests.bridge_client import CONTENT_LENGTH, NDJSON, BridgeClient
+
+INFO = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "bridge.info"})
+
+
+def request(ident, method="bridge.info", params=None) -> bytes:
+    return orjson.dumps(BridgeClient.message(method, params, ident))
+
+
+@pytest.fixture(scope="module")
+def bridge():
+    with BridgeClient(["--max-message-bytes", "4096"]) as client:
+        yield client
+
+
+def test_content_length_framing_is_answered_in_kind(bridge):
+    bridge.send_raw(request("lsp"), framing=CONTENT_LENGTH)
+    framing, body = bridge.read_raw()
+    assert framing == CONTENT_LENGTH and orjson.loads(body)["id"] == "lsp"
+
+
+def test_framing_is_detected_per_message(bridge):
+    bridge.send_raw(request(1), framing=NDJSON)
+    bridge.send_raw(request(2), framing=CONTENT_LENGTH)
+    bridge.send_raw(b"\n\r\n" + request(3), framing=NDJSON)  # blank lines are skipped
+    bridge.send_raw(
+        b"Content-Length: %d\r\nContent-Type: application/vscode-jsonrpc; charset=utf-8\r\n\r\n" % len(request(4))
+        + request(4),
+        framing=NDJSON,
+    )
+    answers = [bridge.read_raw() for _ in range(4)]
+    assert [(f, orjson.loads(b)["id"]) for f, b in answers] == [
+        (NDJSON, 1),
+        (CONTENT_LENGTH, 2),
+        (NDJSON, 3),
+        (CONTENT_LENGTH, 4),
+    ]
+
+
+def test_lsp_body_may_hold_newlines(bridge):
+    body = b'{\n  "jsonrpc": "2.0",\n  "id": 5,\n  "method": "bridge.info"\n}'
+    bridge.send_raw(body, framing=CONTENT_LENGTH)
+    assert bridge.read()["id"] == 5
+
+
+@pytest.mark.parametrize("framing", [NDJSON, CONTENT_LENGTH])
+def test_message_over_the_limit_is_refused_and_serving_goes_on(bridge, framing):
+    big = request(6, "bridge.info", {"padding": "x" * 10_000})
+    bridge.send_raw(big, framing=framing)
+    got_framing, body = bridge.read_raw()
+    answer = orjson.loads(body)
+    assert got_framing == framing
+    assert answer["error"]["code"] == -32600 and "exceeds the limit of 4096 bytes" in answer["error"]["message"]
+    assert bridge.call("bridge.info")["limits"]["max_message_bytes"] == 4096
+
+
+def test_end_of_input_answers_everything_read_then_exits_0():
+    with BridgeClient() as client:
+        # Written in one go, the last one without a final newline, before reading anything.
+        client.process.stdin.write(b"\n".join(request(i) for i in range(50)))
+        assert client.close() == 0
+        answers = [client.read() for _ in range(50)]
+        assert [a["id"] for a in answers] == list(range(50))
+        assert client.process.stdout.read() == b""
+
+
+def test_shutdown_answers_its_message_then_exits_0_ignoring_the_rest():
+    with BridgeClient() as client:
+        batch = orjson.dumps(
+            [BridgeClient.message("shutdown", None, "bye"), BridgeClient.message("bridge.info", None, "info")]
+        )
+        client.process.stdin.write(batch + b"\n" + request("after") + b"\n")
+        client.process.stdin.flush()
+        assert client.process.wait(10) == 0  # stdin still open: the server left on its own
+        answers = client.read()
+        assert {a["id"] for a in answers} == {"bye", "info"}
+        assert client.process.stdout.read() == b""
+
+
+def test_sigterm_exits_promptly_with_status_0():
+    with BridgeClient() as client:
+        assert client.call("bridge.info")["schedulers"] == 0
+        client.process.send_signal(signal.SIGTERM)
+        assert client.process.wait(10) == 0
+
+
+def test_stdout_carries_protocol_only_even_when_tracing_to_stderr():
+    with BridgeClient(["--trace", "-", "--log-level", "debug"]) as client:
+        client.process.stdin.write(b"".join(request(i) + b"\n" for i in range(3)) + b"not json\n")
+        assert client.close() == 0
+        out = client.process.stdout.read()
+        answers = [orjson.loads(line) for line in out.splitlines()]
+        assert [a["id"] for a in answers] == [0, 1, 2, None]
+        assert all(a["jsonrpc"] == "2.0" for a in answers)
+        trace = client.stderr()
+        assert trace.count("-->") == 4 and trace.count("<--") == 4 and " ms " in trace
