@@ -185,7 +185,8 @@ def main() -> None:
     args = parser.parse_args()
     print(
         f"crs-bridge core benchmark: Python {platform.python_version()}, NumPy {np.__version__}, "
-        f"{os.cpu_count()} CPUs; engine = median of {args.runs} runs of the full Dynamic call, limit {LIMIT}"
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start (other work on the machine slows"
+        f" every figure); engine = median of {args.runs} runs of the full Dynamic call, limit {LIMIT}"
     )
     rows = []
     for nodes, count in MIGRATION_SIZES:

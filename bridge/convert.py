@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from core import (
+    CandidateColumns,
     CompactCandidate,
     InvalidInputError,
     Migration,
@@ -81,14 +82,16 @@ def _check_unique_names(nodes: Sequence[m.StaticNode | m.DynamicNode]) -> None:
 
 
 def candidates_to_core(
-    candidates: Sequence[m.CompactCandidate] | Sequence[m.Candidate],
-) -> list[CompactCandidate] | list[MigrationCandidate]:
+    candidates: Sequence[m.CompactCandidate] | Sequence[m.Candidate] | CandidateColumns,
+) -> list[CompactCandidate] | list[MigrationCandidate] | CandidateColumns:
     """Convert a whole validated candidate list at once (one form per list).
 
-    This is the single seam between wire and engine candidates: a columnar fast path (straight
-    into a :class:`core.CandidateBatch`) can replace it without touching the method surface.
-    Expanded candidates' stats are not re-checked: the models enforce the engine's bounds.
+    This is the single seam between wire and engine candidates. Expanded candidates that passed
+    :mod:`bridge.fastpath` arrive as :class:`core.CandidateColumns` and go to the engine as they
+    are. Expanded candidates' stats are not re-checked: the models enforce the engine's bounds.
     """
+    if isinstance(candidates, CandidateColumns):
+        return candidates
     if not candidates:
         return []
     if isinstance(candidates[0], m.CompactCandidate):

@@ -11,6 +11,18 @@ from pydantic import ValidationError
 
 from .models import UNION_TAGS
 
+#: Names echoed in error messages (fields, methods, handles) are cut to this many characters.
+MAX_ECHOED_NAME = 100
+
+
+def shorten(name: object, limit: int = MAX_ECHOED_NAME) -> str:
+    """``name`` as text, cut to ``limit`` characters with a note of its length: an error must not
+    echo a 100 MB key back."""
+    text = name if isinstance(name, str) else str(name)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}...({len(text)} characters)"
+
 
 def format_loc(loc: tuple) -> str:
     """Render a pydantic error location as a path: ``usage.nodes[0].maxcpu`` (``params`` if empty)."""
@@ -19,7 +31,8 @@ def format_loc(loc: tuple) -> str:
         if isinstance(part, int):
             path += f"[{part}]"
         elif part not in UNION_TAGS:
-            path += f".{part}" if path else str(part)
+            part = shorten(part)
+            path += f".{part}" if path else part
     return path or "params"
 
 
@@ -46,6 +59,7 @@ class UnknownHandleError(LookupError):
     """A scheduler handle that was never issued or was freed."""
 
     def __init__(self, handle: str) -> None:
+        handle = shorten(handle)
         super().__init__(f"unknown scheduler handle '{handle}' (never created or already freed)")
         self.handle = handle
 

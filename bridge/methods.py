@@ -13,6 +13,7 @@ only after all params were validated; stateless calls build their scheduler loca
 
 from __future__ import annotations
 
+import copy
 import functools
 import itertools
 from collections.abc import Callable, Mapping
@@ -22,14 +23,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from core import Scheduler
+from core import CompactCandidate, Scheduler
+from core.explain import explain_batch
 from core.limits import MAX_BYTES, MAX_CORES
+from core.planner import plan_rebalance
 from core.scheduler import calculate_node_imbalance, score_migrations, score_nodes_to_start, select_best_migration
 
-from . import convert
+from . import convert, fastpath, phases
 from . import models as m
 from .errors import MethodUnavailableError, ParamsError, UnknownHandleError
-from .transport import DEFAULT_MAX_MESSAGE_BYTES
+from .limits import ServerLimits, check_call_sizes
 
 #: Mode key of a method that does not depend on a scheduler's mode.
 ANY_MODE = "any"
@@ -82,7 +85,7 @@ class MethodSpec:
 class Bridge:
     """The server's state and the entry point for one method call."""
 
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    limits: ServerLimits = field(default_factory=ServerLimits)
     debug_methods: bool = False
     schedulers: dict[str, Scheduler] = field(default_factory=dict)
     shutdown_requested: bool = False
@@ -94,6 +97,11 @@ class Bridge:
         if self.debug_methods:
             self.methods[DEBUG_RAISE.name] = DEBUG_RAISE
 
+    @property
+    def max_message_bytes(self) -> int:
+        """Largest message body accepted (bytes)."""
+        return self.limits.max_message_bytes
+
     # -- calls ----------------------------------------------------------------------------
 
     def call(self, name: str, params: list | dict) -> Any:
@@ -101,6 +109,7 @@ class Bridge:
         spec = self.methods[name]
         variant = self._variant(spec, params)
         validated = self._validate(spec, variant.params, params)
+        phases.mark("validate")
         return variant.run(self, validated)
 
     def _variant(self, spec: MethodSpec, params: list | dict) -> Variant:
@@ -120,10 +129,17 @@ class Bridge:
     def _validate(self, spec: MethodSpec, model: type[m.Params], params: list | dict) -> m.Params:
         if isinstance(params, list):
             params = self._named(spec, model, params)
+        check_call_sizes(params, self.limits)  # before validation spends time and memory on them
+        columns = fastpath.expanded_columns(params.get("candidates")) if fastpath.takes_candidates(model) else None
         try:
-            return model.model_validate(params)
+            if columns is None:
+                return model.model_validate(params)
+            # The candidates passed the bulk checks (the models would accept them as they are);
+            # the models check the rest, and the columns take the candidates' place.
+            rest = model.model_validate({**params, "candidates": []})
         except ValidationError as exc:
             raise ParamsError.from_validation(exc) from None
+        return rest.model_copy(update={"candidates": columns})
 
     @staticmethod
     def _named(spec: MethodSpec, model: type[m.Params], params: list) -> dict:
@@ -173,7 +189,7 @@ class Bridge:
             "migration_methods": ["bruteforce", "topsis"],
             "framings": dict(FRAMINGS),
             "limits": {
-                "max_message_bytes": self.max_message_bytes,
+                **self.limits.as_dict(),
                 "max_bytes": MAX_BYTES,
                 "max_cores": MAX_CORES,
                 "max_error_details": MAX_ERROR_DETAILS,
@@ -201,8 +217,12 @@ def _param_names(model: type[m.Params]) -> list[str]:
 
 def _score_migrations(bridge: Bridge, p: m.ScoreMigrationsParams) -> list[dict]:
     scheduler = bridge.cluster(p)
+    phases.mark("snapshot")
     batch = scheduler.candidate_batch(convert.candidates_to_core(p.candidates))
-    return convert.scored_list(score_migrations(batch, p.limit, p.method, p.imbalance or scheduler.formula))
+    phases.mark("candidates")
+    scored = convert.scored_list(score_migrations(batch, p.limit, p.method, p.imbalance or scheduler.formula))
+    phases.mark("score")
+    return scored
 
 
 def _select_migration(bridge: Bridge, p: m.SelectMigrationParams) -> dict | None:
@@ -474,7 +494,70 @@ SERVICE = [
     ),
 ]
 
-METHODS: list[MethodSpec] = HEADLINE + STATEFUL + SERVICE
+
+# -- rebalance plan and explanations (the same engine as the single-move methods) -------------
+
+
+def _compact(candidates: list[m.CompactCandidate]) -> list[CompactCandidate]:
+    return [CompactCandidate(c.leader, tuple(c.resources), tuple(c.nodes)) for c in candidates]
+
+
+def _with_formula(scheduler: Scheduler, formula: str | None) -> Scheduler:
+    """``scheduler``, or a shallow copy reading the same usage with ``formula``: the planner only
+    reads a scheduler, so a handle's state is shared, never changed."""
+    if formula is None or formula == scheduler.formula:
+        return scheduler
+    other = copy.copy(scheduler)
+    other.formula = formula
+    return other
+
+
+def _plan(scheduler: Scheduler, p: m.PlanParams | m.SchedulerPlanParams) -> dict:
+    options = (p.method, p.threshold, p.margin, p.max_steps, p.allow_repeat)
+    return plan_rebalance(scheduler, _compact(p.candidates), *options).to_wire()
+
+
+def _plan_rebalance(bridge: Bridge, p: m.PlanParams) -> dict:
+    return _plan(_with_formula(bridge.cluster(p), p.imbalance), p)
+
+
+def _explain_migrations(bridge: Bridge, p: m.ExplainParams) -> dict:
+    # Built as _score_migrations builds its batch, so the numbers agree to the last bit.
+    scheduler = bridge.cluster(p)
+    batch = scheduler.candidate_batch(convert.candidates_to_core(p.candidates))
+    formula = p.imbalance or scheduler.formula
+    return explain_batch(batch, p.method, formula, p.limit, p.threshold, p.margin).to_wire()
+
+
+PLANNING = [
+    _stateless(
+        "plan_rebalance",
+        "Dry run of the HA manager's rebalancing: the moves it would make round after round (threshold, "
+        "margin and scorer as one HA round applies them) until one round would stop; changes nothing.",
+        m.RebalancePlan,
+        m.PlanParams,
+        _plan_rebalance,
+        positional=False,
+    ),
+    _stateless(
+        "explain_migrations",
+        "Why score_best_balancing_migrations chooses what it does (loads, runner-up, TOPSIS numbers), "
+        "or why nothing should move under the optional threshold and margin.",
+        m.Explanation,
+        m.ExplainParams,
+        _explain_migrations,
+        positional=False,
+    ),
+    _stateful(
+        "plan_rebalance",
+        "Extra: plan_rebalance on this scheduler (its formula); the scheduler is not changed.",
+        m.RebalancePlan,
+        **_both(m.SchedulerPlanParams, _plan),
+    ),
+]
+
+
+METHODS: list[MethodSpec] = HEADLINE + PLANNING + STATEFUL + SERVICE
 
 #: Registered only with ``serve --debug-methods``: provokes the -32603 path in tests.
 DEBUG_RAISE = _stateless("debug.raise", "Test aid: fail with an internal error.", None, m.NoParams, _debug_raise)

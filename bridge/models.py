@@ -37,7 +37,9 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from core.explain import MARGIN_NOT_REACHED, MIGRATE, NO_CANDIDATES, NO_IMPROVEMENT, THRESHOLD_REACHED
 from core.limits import MAX_BYTES, MAX_CORES
+from core.planner import STOP_REASONS
 
 # -- scalar types ---------------------------------------------------------------------------
 
@@ -477,6 +479,12 @@ class Limits(Result):
     """Limits the server enforces."""
 
     max_message_bytes: int = Field(description="larger messages are answered with -32600")
+    max_nodes: int = Field(description="most entries of usage.nodes in one call (more: -32602)")
+    max_resources: int = Field(
+        description="most entries of usage.resources, and most bundle members over all candidates, in one call"
+    )
+    max_candidates: int = Field(description="most expanded candidates in one call (a bundle counts once per target)")
+    max_json_depth: int = Field(description="deepest nesting of arrays and objects in one message (more: -32600)")
     max_bytes: int = Field(description="largest byte count accepted (mem, maxmem)")
     max_cores: float = Field(description="largest core count accepted (cpu, maxcpu)")
     max_error_details: int = Field(description="at most this many entries in an error's data.errors")
@@ -494,3 +502,182 @@ class BridgeInfo(Result):
     framings: dict[str, str] = Field(description="framing name -> how a message is delimited")
     limits: Limits
     schedulers: int = Field(description="live scheduler handles")
+
+
+# -- rebalance plan and explanations (params and results) -----------------------------------
+
+#: The HA manager's defaults for auto-rebalancing (ha-manager.md 7.4): act above this imbalance...
+HA_THRESHOLD = 0.3
+#: ...and only for a relative improvement of at least this much.
+HA_MARGIN = 0.1
+#: The planner's default step limit.
+PLAN_MAX_STEPS = 10
+
+#: Why a plan stopped (``stop-reason``).
+StopReason = Literal[STOP_REASONS]
+#: Why an explanation's choice would move (``migrate``) or not.
+ExplainReason = Literal[MIGRATE, THRESHOLD_REACHED, NO_CANDIDATES, NO_IMPROVEMENT, MARGIN_NOT_REACHED]
+
+#: A threshold or margin: a finite fraction >= 0 (0.3 = 30 %; not a percentage).
+Fraction = Annotated[float, Field(ge=0, allow_inf_nan=False), AfterValidator(_no_negative_zero)]
+
+#: How many choices to explain: an integer >= 1.
+ExplainLimit = Annotated[int, Field(ge=1), BeforeValidator(_integral_float_to_int)]
+
+_THRESHOLD = "stop (move nothing) when the imbalance is at or under this fraction"
+_MARGIN = "stop when the best move lowers the imbalance by less than this fraction of it (relative)"
+_MAX_STEPS = "plan at most this many moves; null: no limit (every move strictly lowers the imbalance)"
+_ALLOW_REPEAT = "let a bundle that already moved move again (never back to where it is)"
+_PLAN_CANDIDATES = "compact candidates (bundles with their target nodes), as the HA manager builds them"
+
+
+class PlanParams(ClusterParams):
+    """Params of ``plan_rebalance``: a dry run of the HA manager's rebalancing, round after round."""
+
+    candidates: list[CompactCandidate] = Field(description=_PLAN_CANDIDATES)
+    method: Method = "bruteforce"
+    imbalance: Formula | None = _IMBALANCE
+    threshold: Fraction = Field(default=HA_THRESHOLD, description=_THRESHOLD)
+    margin: Fraction = Field(default=HA_MARGIN, description=_MARGIN)
+    max_steps: Count | None = Field(default=PLAN_MAX_STEPS, description=_MAX_STEPS)
+    allow_repeat: bool = Field(default=False, description=_ALLOW_REPEAT)
+
+
+class SchedulerPlanParams(SchedulerParams):
+    """``scheduler.plan_rebalance``: :class:`PlanParams` on a live scheduler (its own formula);
+    positional ``[handle, candidates, method, threshold, margin, max_steps, allow_repeat]``."""
+
+    candidates: list[CompactCandidate] = Field(description=_PLAN_CANDIDATES)
+    method: Method = "bruteforce"
+    threshold: Fraction = Field(default=HA_THRESHOLD, description=_THRESHOLD)
+    margin: Fraction = Field(default=HA_MARGIN, description=_MARGIN)
+    max_steps: Count | None = Field(default=PLAN_MAX_STEPS, description=_MAX_STEPS)
+    allow_repeat: bool = Field(default=False, description=_ALLOW_REPEAT)
+
+
+class ExplainParams(ClusterParams):
+    """Params of ``explain_migrations``: those of ``score_best_balancing_migrations`` (``limit``
+    defaults to 1, the HA manager's) plus the HA manager's optional checks."""
+
+    candidates: Candidates
+    limit: ExplainLimit = Field(default=1, description="explain the first this many choices (and the next one)")
+    method: Method = "bruteforce"
+    imbalance: Formula | None = _IMBALANCE
+    threshold: Fraction | None = Field(default=None, description=f"{_THRESHOLD}; null: no such check")
+    margin: Fraction | None = Field(default=None, description=f"{_MARGIN}; null: no such check")
+
+
+class Loads(Result):
+    """A node's cpu load, memory load and load (their mean): fractions of its capacity (> 1 when
+    overcommitted)."""
+
+    cpu_load: float = Field(alias="cpu-load")
+    mem_load: float = Field(alias="mem-load")
+    load: float
+
+
+class NodeLoad(Loads):
+    """One node's loads."""
+
+    node: str
+
+
+class ClusterLoad(Result):
+    """Every node's loads in node order, and the node imbalance (untruncated)."""
+
+    imbalance: float
+    nodes: list[NodeLoad]
+
+
+class PlanStep(Result):
+    """One planned move: the bundle led by ``sid`` (all of ``resources``) from ``source-node`` to
+    ``target-node``. ``expected-imbalance`` is the scorer's (truncated) value, as a single-move
+    method returns it; ``imbalance-before``/``-after`` are the planned state's around the move."""
+
+    sid: str
+    source_node: str = Field(alias="source-node")
+    target_node: str = Field(alias="target-node")
+    resources: list[str]
+    expected_imbalance: float = Field(alias="expected-imbalance")
+    imbalance_before: float = Field(alias="imbalance-before")
+    imbalance_after: float = Field(alias="imbalance-after")
+
+
+class RebalancePlan(Result):
+    """The moves in order, why the plan stopped, and every node's load before and after it."""
+
+    method: Method
+    imbalance_formula: Formula = Field(alias="imbalance-formula")
+    threshold: float
+    margin: float
+    max_steps: int | None = Field(alias="max-steps")
+    allow_repeat: bool = Field(alias="allow-repeat")
+    steps: list[PlanStep]
+    stop_reason: StopReason = Field(alias="stop-reason")
+    stop_message: str = Field(alias="stop-message", description="the stop reason as a sentence")
+    before: ClusterLoad
+    after: ClusterLoad
+
+
+class NodeChange(Result):
+    """A node's loads before and after a migration."""
+
+    node: str
+    before: Loads
+    after: Loads
+
+
+class TopsisRow(Result):
+    """A candidate's TOPSIS numbers: raw and normalised criteria (in the order of
+    ``topsis.criteria``), weighted distances to the ideal best and worst, score in [0, 1]."""
+
+    criteria: list[float]
+    normalised: list[float]
+    distance_to_best: float = Field(alias="distance-to-best")
+    distance_to_worst: float = Field(alias="distance-to-worst")
+    score: float
+
+
+class TopsisIdeal(Result):
+    """The TOPSIS reference points: criteria names, weights, ideal best and worst values."""
+
+    criteria: list[str]
+    weights: list[float]
+    ideal_best: list[float] = Field(alias="ideal-best")
+    ideal_worst: list[float] = Field(alias="ideal-worst")
+
+
+class MigrationDetail(Result):
+    """One scored candidate: what the scorer returns for it (``migration``, ``imbalance``), its
+    position in the expanded candidate list, its source and target loads before and after, and
+    (TOPSIS only) its TOPSIS numbers."""
+
+    candidate_index: int = Field(alias="candidate-index")
+    migration: Migration
+    imbalance: float
+    source: NodeChange
+    target: NodeChange
+    topsis: TopsisRow | None = Field(default=None, description="TOPSIS only")
+
+
+class Explanation(Result):
+    """Why the scorer chooses what it chooses, or why nothing should move (``reason`` != 'migrate')."""
+
+    method: Method
+    imbalance_formula: Formula = Field(alias="imbalance-formula")
+    limit: int
+    threshold: float | None
+    margin: float | None
+    current: ClusterLoad
+    candidate_count: int = Field(alias="candidate-count")
+    chosen: list[MigrationDetail] = Field(description="what the scorer returns with limit, best first")
+    runner_up: MigrationDetail | None = Field(alias="runner-up", description="the next one after chosen")
+    best_imbalance: float | None = Field(
+        alias="best-imbalance", description="lowest imbalance any candidate leaves (TOPSIS may choose another)"
+    )
+    relative_improvement: float | None = Field(
+        alias="relative-improvement", description="(current - chosen[0]) / current; null without candidates"
+    )
+    reason: ExplainReason
+    message: str = Field(description="the reason as a sentence")
+    topsis: TopsisIdeal | None = Field(default=None, description="TOPSIS only")

@@ -25,7 +25,9 @@ from jsonrpcserver.response import to_serializable_one
 
 from core import InvalidInputError, SchedulingError
 
-from .errors import MethodUnavailableError, ParamsError, UnknownHandleError
+from . import phases
+from .errors import MethodUnavailableError, ParamsError, UnknownHandleError, shorten
+from .limits import TooDeep, decode, how_to_raise
 from .methods import MAX_ERROR_DETAILS, Bridge
 
 log = logging.getLogger("crs-bridge")
@@ -52,7 +54,8 @@ def request_problem(request: Any) -> str | None:
         return f"a request must be an object, got {_json_type(request)}"
     extra = request.keys() - _MEMBERS
     if extra:
-        return f"unexpected member {', '.join(repr(k) for k in sorted(extra))}"
+        shown = ", ".join(repr(shorten(k)) for k in sorted(extra)[:5])
+        return f"unexpected member {shown}" + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
     if request.get("jsonrpc") != "2.0":
         return "'jsonrpc' must be \"2.0\"" if "jsonrpc" in request else "missing member 'jsonrpc'"
     if not isinstance(request.get("method"), str):
@@ -128,9 +131,13 @@ class Protocol:
     def handle(self, message: bytes) -> bytes | None:
         """Answer one message (a request or a batch); None when there is nothing to answer."""
         try:
-            decoded = orjson.loads(message)
+            decoded = decode(message, self.bridge.limits.max_json_depth)
         except orjson.JSONDecodeError as exc:
             return self.encode(error_response(PARSE_ERROR, f"Parse error: {exc}"))
+        except TooDeep as exc:
+            problem = f"JSON nested deeper than the limit of {exc} levels ({how_to_raise('max_json_depth')})"
+            return self.encode(error_response(INVALID_REQUEST, f"Invalid request: {problem}"))
+        phases.mark("decode")
         if isinstance(decoded, list):
             if not decoded:
                 return self.encode(error_response(INVALID_REQUEST, "Invalid request: empty batch"))
@@ -144,7 +151,9 @@ class Protocol:
         limit = self.bridge.max_message_bytes
         return self.encode(
             error_response(
-                INVALID_REQUEST, f"Invalid request: message of {size} bytes exceeds the limit of {limit} bytes"
+                INVALID_REQUEST,
+                f"Invalid request: message of {size} bytes exceeds the limit of {limit} bytes "
+                f"({how_to_raise('max_message_bytes')})",
             )
         )
 
@@ -166,7 +175,8 @@ class Protocol:
         )
         unknown = request["method"] not in self.bridge.methods
         if unknown and response is not None and response["error"]["code"] == METHOD_NOT_FOUND:
-            response["error"]["message"] = f"Method not found: '{request['method']}'"
+            name = shorten(request["method"])
+            response["error"].update(message=f"Method not found: '{name}'", data=name)
         return response
 
     def _invoker(self, name: str):

@@ -3,8 +3,11 @@
 Exit status 0 in every orderly case: end of input (after answering everything read), after a
 ``shutdown`` request (answered first, together with the rest of its message), on SIGTERM or
 SIGINT (answers already computed are flushed; a request being computed is dropped), and when
-the client closes our stdout. A message is never written half: a signal arriving during a write
-takes effect after it (a second one, should the write be stuck, at once).
+the client closes our stdout (status 1 only if stdin or stdout fail otherwise, e.g. EIO). A
+message that makes the server itself fail (not a method: those are answered as their error codes)
+is answered -32603 with a null id, logged, and serving goes on. A message is never written half:
+a signal arriving during a write takes effect after it (a second one, should the write be stuck,
+at once).
 
 stdout carries protocol messages only: the protocol keeps a private duplicate of file
 descriptor 1, and fd 1 itself is pointed at stderr so that a stray print cannot corrupt the
@@ -23,9 +26,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import IO
 
+from . import phases
+from .errors import shorten
+from .limits import ServerLimits
 from .methods import Bridge
-from .protocol import Protocol
-from .transport import DEFAULT_MAX_MESSAGE_BYTES, Frame, FrameReader, FrameWriter
+from .protocol import INTERNAL_ERROR, Protocol, error_response
+from .transport import Frame, FrameReader, FrameWriter
 
 log = logging.getLogger("crs-bridge")
 
@@ -82,12 +88,15 @@ class Tracer:
     def __init__(self, stream: IO[str]) -> None:
         self._stream = stream
 
-    def record(self, frame: Frame, answer: bytes | None, seconds: float) -> None:
+    def record(self, frame: Frame, answer: bytes | None, seconds: float, spent: dict[str, float] | None = None) -> None:
+        """Write ``frame`` and its ``answer`` (None: none), taking ``seconds`` in all, with the
+        seconds ``spent`` per phase (see :mod:`bridge.phases`) in brackets when given."""
         stamp = time.strftime("%H:%M:%S")
         request = "<over the size limit>" if frame.body is None else frame.body.decode("utf-8", "replace")
         response = "(no response)" if answer is None else answer.decode("utf-8", "replace")
+        split = f"[{', '.join(f'{p} {s * 1000:.3f}' for p, s in spent.items())}] " if spent else ""
         self._stream.write(f"{stamp} --> [{frame.framing}] {request}\n")
-        self._stream.write(f"{stamp} <-- {seconds * 1000:.3f} ms {response}\n")
+        self._stream.write(f"{stamp} <-- {seconds * 1000:.3f} ms {split}{response}\n")
         self._stream.flush()
 
 
@@ -101,18 +110,20 @@ def _protect_stdout() -> int:
 
 def serve(
     *,
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    limits: ServerLimits | None = None,
     trace: IO[str] | None = None,
     debug_methods: bool = False,
     in_fd: int = 0,
 ) -> int:
-    """Serve JSON-RPC on stdin/stdout until the end of input, ``shutdown`` or SIGTERM; return 0."""
+    """Serve JSON-RPC on stdin/stdout until the end of input, ``shutdown`` or SIGTERM; return 0
+    (1 when reading or writing fails other than by the client going away)."""
     signals = _Signals()
     signals.install()
-    bridge = Bridge(max_message_bytes=max_message_bytes, debug_methods=debug_methods)
+    limits = limits or ServerLimits()
+    bridge = Bridge(limits=limits, debug_methods=debug_methods)
     protocol = Protocol(bridge)
     writer = _GuardedWriter(_protect_stdout(), signals)
-    reader = FrameReader(in_fd, max_message_bytes, before_wait=writer.flush)
+    reader = FrameReader(in_fd, limits.max_message_bytes, before_wait=writer.flush)
     tracer = Tracer(trace) if trace is not None else None
     # Start-up objects never become garbage; keep them out of every collection.
     gc.freeze()
@@ -125,24 +136,34 @@ def serve(
     except Terminated:
         _flush_quietly(writer)
         log.info("terminated by signal")
-    except BrokenPipeError:
+    except ConnectionError:  # EPIPE, ECONNRESET: the client is gone, nobody to answer
         log.info("the client closed the output stream")
+    except OSError as exc:  # e.g. EIO, EBADF: the streams are unusable; say so once and leave
+        log.error("cannot use stdin/stdout: %s", exc)
+        return 1
     return 0
 
 
 def _answer(frame: Frame, protocol: Protocol, writer: FrameWriter, tracer: Tracer | None) -> None:
     started = time.perf_counter()
+    if tracer is not None:
+        phases.start()
     # A large message decodes into hundreds of thousands of containers, none of them cyclic;
     # collecting while they are built costs more than the work itself, so collect afterwards.
     gc.disable()
     try:
         answer = protocol.oversize(frame.size) if frame.body is None else protocol.handle(frame.body)
+        phases.mark("encode")
+    except Exception as exc:  # a bug outside any method (methods' own are answered by the protocol)
+        log.error("internal error handling a message (a bug in crs-bridge)", exc_info=exc)
+        reply = error_response(INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {shorten(exc, 500)}")
+        answer = protocol.encode(reply)
     finally:
         gc.enable()
     if answer is not None:
         writer.write(frame.framing, answer)
     if tracer is not None:
-        tracer.record(frame, answer, time.perf_counter() - started)
+        tracer.record(frame, answer, time.perf_counter() - started, phases.take())
 
 
 def _flush_quietly(writer: FrameWriter) -> None:

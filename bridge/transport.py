@@ -57,11 +57,15 @@ class FrameReader:
         self._buf = bytearray()
         self._pos = 0  # start of unconsumed data in _buf
         self._eof = False
+        self._skip = 0  # body bytes of a refused Content-Length message still to skip
 
     def __iter__(self) -> Iterator[Frame]:
         return self
 
     def __next__(self) -> Frame:
+        if self._skip:
+            count, self._skip = self._skip, 0
+            self._skip_bytes(count)
         while True:
             line = self._line()
             if line is None:
@@ -86,7 +90,7 @@ class FrameReader:
                 if end - self._pos > self._max:
                     size, self._pos = end - self._pos, end + 1
                     return Frame(NDJSON, None, size)
-                line = bytes(self._buf[self._pos : end])
+                line = bytes(memoryview(self._buf)[self._pos : end])  # one copy, not two
                 self._pos = end + 1
                 return line
             searched = len(self._buf) - self._pos
@@ -126,11 +130,13 @@ class FrameReader:
             if not line.strip() or header_bytes > _MAX_HEADER_BYTES:
                 break
         if length > self._max:
-            self._skip_bytes(length)
+            # Skipped on the next call, after the refusal was answered: the client hears of it
+            # before it has sent the whole body (a bogus length would keep it waiting forever).
+            self._skip = length
             return Frame(CONTENT_LENGTH, None, length)
         while len(self._buf) - self._pos < length and not self._eof:
             self._fill()
-        body = bytes(self._buf[self._pos : self._pos + length])
+        body = bytes(memoryview(self._buf)[self._pos : self._pos + length])  # one copy, not two
         self._pos += len(body)
         return Frame(CONTENT_LENGTH, body, len(body))
 

@@ -7,7 +7,14 @@ and its aggregated views) -> :mod:`~core.candidates` / :mod:`~core.whatif` -> :m
 :mod:`~core.topsis`. :mod:`~core.modes` offers the binding's method surface per mode.
 """
 
-from .candidates import CandidateBatch, CompactCandidate, Migration, MigrationCandidate, ScoredMigration
+from .candidates import (
+    CandidateBatch,
+    CandidateColumns,
+    CompactCandidate,
+    Migration,
+    MigrationCandidate,
+    ScoredMigration,
+)
 from .errors import InvalidInputError, SchedulingError
 from .explain import Explanation, explain_migrations
 from .imbalance import FORMULAS, Formula, node_imbalance
@@ -22,6 +29,7 @@ __all__ = [
     "METHODS",
     "Aggregation",
     "CandidateBatch",
+    "CandidateColumns",
     "CompactCandidate",
     "DynamicScheduler",
     "Explanation",

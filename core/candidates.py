@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import InvalidInputError, SchedulingError
-from .limits import MAX_BYTES
-from .stats import ZERO_RESOURCE, ResourceStats
+from .limits import MAX_BYTES, MAX_CORES
+from .stats import ZERO_RESOURCE, ResourceStats, check_bytes, check_cores
 from .usage import NodeView, Usage
 
 
@@ -44,6 +44,23 @@ class CompactCandidate:
     leader: str
     resources: tuple[str, ...]
     nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateColumns:
+    """Expanded candidates as columns, one row per candidate: move resource ``sids[i]`` with
+    ``cpu[i]`` cores and ``mem[i]`` bytes (its running usage) from node ``sources[i]`` to node
+    ``targets[i]``. What a decoder can hand over without an object per candidate; the columns are
+    checked when the batch is built (:func:`batch_from_columns`)."""
+
+    sids: Sequence[str]
+    sources: Sequence[str]
+    targets: Sequence[str]
+    cpu: Sequence[float] | np.ndarray
+    mem: Sequence[int] | np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.sids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +125,14 @@ def _check_targets(compact: Sequence[CompactCandidate], counts: list[int], src: 
     raise InvalidInputError(f"candidates[{i}].nodes[{k}]", problem)
 
 
+def _node_indices(index: dict[str, int], names: list[str]) -> np.ndarray:
+    """Positions of ``names`` in the view, -1 for an unknown name."""
+    try:  # the common case, all known: a C-level loop
+        return np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=len(names))
+    except KeyError:
+        return np.array([index.get(name, -1) for name in names], dtype=np.int64)
+
+
 def bundle_stats(usage: Usage, bundle: CompactCandidate) -> tuple[str, ResourceStats]:
     """Validate a bundle as upstream does and return (leader's node, summed stats of the bundle).
 
@@ -122,7 +147,8 @@ def bundle_stats(usage: Usage, bundle: CompactCandidate) -> tuple[str, ResourceS
         raise SchedulingError(f"leader '{bundle.leader}' is non-stationary")
     if bundle.leader not in bundle.resources:
         raise SchedulingError(f"leader '{bundle.leader}' is not present in the resources list")
-    total = ZERO_RESOURCE
+    # The field-wise left fold from zeros of ResourceStats.__add__, without an object per step.
+    cpu, maxcpu, mem, maxmem = ZERO_RESOURCE.cpu, ZERO_RESOURCE.maxcpu, ZERO_RESOURCE.mem, ZERO_RESOURCE.maxmem
     for sid in bundle.resources:
         member = usage.resource(sid)
         if member is None:
@@ -131,8 +157,9 @@ def bundle_stats(usage: Usage, bundle: CompactCandidate) -> tuple[str, ResourceS
             raise SchedulingError(f"resource '{sid}' is non-stationary")
         if member.current != leader.current:
             raise SchedulingError(f"resource '{sid}' is on other node than leader")
-        total = total + member.stats
-    return leader.current, total
+        stats = member.stats
+        cpu, maxcpu, mem, maxmem = cpu + stats.cpu, maxcpu + stats.maxcpu, mem + stats.mem, maxmem + stats.maxmem
+    return leader.current, ResourceStats(cpu, maxcpu, mem, maxmem)
 
 
 def expand_compact(usage: Usage, view: NodeView, compact: Sequence[CompactCandidate]) -> CandidateBatch:
@@ -160,7 +187,7 @@ def expand_compact(usage: Usage, view: NodeView, compact: Sequence[CompactCandid
     finally:
         # Targets of the bundles before a failing one are checked first, to report errors in order.
         src = np.repeat(np.array(sources, dtype=np.int64), counts)
-        tgt = np.array([index.get(name, -1) for name in targets], dtype=np.int64)
+        tgt = _node_indices(index, targets)
         _check_targets(compact, counts, src, tgt)
     return CandidateBatch(
         view=view,
@@ -174,7 +201,27 @@ def expand_compact(usage: Usage, view: NodeView, compact: Sequence[CompactCandid
 
 
 def batch_from_candidates(view: NodeView, candidates: Sequence[MigrationCandidate]) -> CandidateBatch:
-    """Columnar form of already expanded candidates; source and target must be known, different nodes."""
+    """Columnar form of already expanded candidates; source and target must be known, different nodes.
+
+    Errors (InvalidInputError) name the first failing candidate: its unknown source, its unknown
+    or same target, then its stats in field order (see :meth:`ResourceStats.checked`).
+    """
+    migrations = [cand.migration for cand in candidates]
+    stats = [cand.stats for cand in candidates]
+    columns = CandidateColumns(
+        sids=[mig.sid for mig in migrations],
+        sources=[mig.source_node for mig in migrations],
+        targets=[mig.target_node for mig in migrations],
+        cpu=[s.cpu for s in stats],
+        mem=[s.mem for s in stats],
+    )
+    limits = (_cores_column([s.maxcpu for s in stats]), _bytes_column([s.maxmem for s in stats]))
+    batch = _bulk_checked_batch(view, columns) if all(c is not None for c in limits) else None
+    # Anything the bulk checks do not pass is checked one candidate at a time, for its exact error.
+    return batch if batch is not None else _batch_row_by_row(view, candidates)
+
+
+def _batch_row_by_row(view: NodeView, candidates: Sequence[MigrationCandidate]) -> CandidateBatch:
     index = view.index()
     sid_of: dict[str, int] = {}
     sid_index, src, tgt, cpu, mem = [], [], [], [], []
@@ -195,6 +242,122 @@ def batch_from_candidates(view: NodeView, candidates: Sequence[MigrationCandidat
         cpu.append(stats.cpu)
         mem.append(stats.mem)
     return _batch(view, list(sid_of), sid_index, src, tgt, cpu, mem)
+
+
+def batch_from_columns(
+    view: NodeView,
+    sids: Sequence[str],
+    sources: Sequence[str],
+    targets: Sequence[str],
+    cpu: Sequence[float] | np.ndarray,
+    mem: Sequence[int] | np.ndarray,
+) -> CandidateBatch:
+    """:func:`batch_from_candidates` for candidates given as columns (see :class:`CandidateColumns`):
+    row i moves ``cpu[i]`` cores and ``mem[i]`` bytes of ``sids[i]``. Checked in bulk, with the same
+    errors: the first failing row's unknown source, unknown or same target, then ``cpu``, ``mem``.
+    """
+    columns = CandidateColumns(sids, sources, targets, cpu, mem)
+    if not len(sources) == len(targets) == len(cpu) == len(mem) == len(sids):
+        raise ValueError("candidate columns differ in length")
+    batch = _bulk_checked_batch(view, columns)
+    if batch is not None:
+        return batch
+    # Rare: values that are not plain numbers (e.g. integral floats as bytes); row by row.
+    index = view.index()
+    rows = [_checked_row(index, columns, i) for i in range(len(columns))]
+    src, tgt, cpu, mem = (list(column) for column in zip(*rows)) if rows else ([], [], [], [])
+    return _columns_batch(view, columns.sids, src, tgt, cpu, mem)
+
+
+def _bulk_checked_batch(view: NodeView, columns: CandidateColumns) -> CandidateBatch | None:
+    """The batch if every row passes; raises the first failing row's error; None when the
+    columns hold values the bulk checks cannot judge (not plain numbers)."""
+    cpu, mem = _cores_column(columns.cpu, checked=False), _bytes_column(columns.mem, checked=False)
+    if cpu is None or mem is None:
+        return None
+    index = view.index()
+    src, tgt = _node_indices(index, columns.sources), _node_indices(index, columns.targets)
+    bad = (src < 0) | (tgt < 0) | (tgt == src) | ~_cores_ok(cpu) | ~_bytes_ok(mem)
+    if bad.any():
+        _checked_row(index, columns, int(np.argmax(bad)))
+        raise AssertionError("a row failing the bulk checks passed the row checks")
+    return _columns_batch(view, columns.sids, src, tgt, cpu + 0.0, mem)
+
+
+def _columns_batch(view: NodeView, sids: Sequence[str], src, tgt, cpu, mem) -> CandidateBatch:
+    order = dict.fromkeys(sids)  # sids numbered by first appearance, as batch_from_candidates does
+    position = {sid: i for i, sid in enumerate(order)}
+    return CandidateBatch(
+        view=view,
+        sids=list(order),
+        sid_index=np.fromiter(map(position.__getitem__, sids), dtype=np.int64, count=len(sids)),
+        src=np.asarray(src, dtype=np.int64),
+        tgt=np.asarray(tgt, dtype=np.int64),
+        cpu=np.asarray(cpu, dtype=np.float64),
+        mem=np.asarray(mem, dtype=np.int64),
+    )
+
+
+def _checked_row(index: dict[str, int], columns: CandidateColumns, i: int) -> tuple[int, int, float, int]:
+    """Row ``i`` as (source index, target index, cpu, mem), checked in :func:`batch_from_candidates`'
+    order; raises the row's first error."""
+    source, target = columns.sources[i], columns.targets[i]
+    s = index.get(source)
+    if s is None:
+        raise InvalidInputError(f"candidates[{i}].source-node", f"source node '{source}' does not exist")
+    t = index.get(target)
+    if t is None or t == s:
+        problem = "does not exist" if t is None else "is the source node"
+        raise InvalidInputError(f"candidates[{i}].target-node", f"target node '{target}' {problem}")
+    cpu = check_cores(f"candidates[{i}].stats.cpu", _python_number(columns.cpu[i]))
+    return s, t, cpu, check_bytes(f"candidates[{i}].stats.mem", _python_number(columns.mem[i]))
+
+
+def _python_number(value: object) -> object:
+    # A NumPy int64 is no int to check_bytes; judge the value it holds.
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _cores_column(values: Sequence[float] | np.ndarray, checked: bool = True) -> np.ndarray | None:
+    """``values`` as float64 when all are plain numbers (float or int, no bool) and, if
+    ``checked``, valid core counts (finite, in [0, MAX_CORES]); else None."""
+    if isinstance(values, np.ndarray):
+        column = values.astype(np.float64) if values.dtype.kind in "iuf" else None
+    elif set(map(type, values)) <= {float, int}:
+        try:
+            column = np.array(values, dtype=np.float64)
+        except OverflowError:  # an int beyond float range
+            column = None
+    else:
+        column = None
+    if column is None or (checked and not _cores_ok(column).all()):
+        return None
+    return column
+
+
+def _bytes_column(values: Sequence[int] | np.ndarray, checked: bool = True) -> np.ndarray | None:
+    """``values`` as int64 when all are plain ints (no bool; integral floats go through the row
+    checks) and, if ``checked``, valid byte counts (in [0, MAX_BYTES]); else None."""
+    if isinstance(values, np.ndarray):
+        column = values.astype(np.int64) if values.dtype.kind in "iu" else None
+    elif set(map(type, values)) <= {int}:
+        try:
+            column = np.fromiter(values, dtype=np.int64, count=len(values))
+        except OverflowError:
+            column = None
+    else:
+        column = None
+    if column is None or (checked and not _bytes_ok(column).all()):
+        return None
+    return column
+
+
+def _cores_ok(column: np.ndarray) -> np.ndarray:
+    return np.isfinite(column) & (column >= 0.0) & (column <= MAX_CORES)
+
+
+def _bytes_ok(column: np.ndarray) -> np.ndarray:
+    return (column >= 0) & (column <= MAX_BYTES)
 
 
 def _batch(view, sids, sid_index, src, tgt, cpu, mem) -> CandidateBatch:

@@ -11,10 +11,12 @@ from collections.abc import Sequence
 
 from .candidates import (
     CandidateBatch,
+    CandidateColumns,
     CompactCandidate,
     MigrationCandidate,
     ScoredMigration,
     batch_from_candidates,
+    batch_from_columns,
     expand_compact,
 )
 from .imbalance import Formula, check_formula
@@ -28,7 +30,8 @@ from .scheduler import (
 from .stats import NodeStats, ResourceStats
 from .usage import Aggregation, NodeView, Resource, Usage
 
-Candidates = Sequence[CompactCandidate | MigrationCandidate]
+#: Compact or expanded candidates (one form per call), or expanded ones as columns.
+Candidates = Sequence[CompactCandidate | MigrationCandidate] | CandidateColumns
 
 
 def _checked(stats: NodeStats | ResourceStats, where: str):
@@ -70,6 +73,9 @@ class Scheduler:
     def candidate_batch(self, candidates: Candidates) -> CandidateBatch:
         """Expand compact candidates (or take expanded ones) over the balancing view."""
         view = self.view()
+        if isinstance(candidates, CandidateColumns):
+            c = candidates
+            return batch_from_columns(view, c.sids, c.sources, c.targets, c.cpu, c.mem)
         if candidates and isinstance(candidates[0], MigrationCandidate):
             return batch_from_candidates(view, candidates)  # type: ignore[arg-type]
         return expand_compact(self.usage, view, candidates)  # type: ignore[arg-type]

@@ -109,11 +109,12 @@ class NodeView:
 
 
 class _Node:
-    __slots__ = ("stats", "sids")
+    __slots__ = ("stats", "sids", "maxmem_total")
 
     def __init__(self, stats: NodeStats) -> None:
         self.stats = stats
         self.sids: dict[str, None] = {}  # an ordered set
+        self.maxmem_total = 0  # bytes: the sum of its resources' maxmem, what views may add to mem
 
 
 class Usage:
@@ -182,18 +183,33 @@ class Usage:
             raise SchedulingError(f"nodes for resource '{sid}' do not exist")
 
     def add_resource(self, sid: str, resource: Resource) -> None:
-        """Add a resource to its node(s). Errors as upstream: duplicate sid, unknown nodes, same nodes."""
+        """Add a resource to its node(s). Errors as upstream: duplicate sid, unknown nodes, same nodes;
+        and InvalidInputError if a node's aggregated memory could then exceed MAX_BYTES."""
         self.check_resource(sid, resource)
+        self._check_memory(sid, resource)
         self._resources[sid] = resource
         for name in resource.nodes():
-            self._nodes[name].sids[sid] = None
+            node = self._nodes[name]
+            node.sids[sid] = None
+            node.maxmem_total += resource.stats.maxmem
+
+    def _check_memory(self, sid: str, resource: Resource) -> None:
+        # Refused here, not at the next view: an accepted resource must never make every later
+        # computation of the scheduler fail (views add maxmem to a node's mem, in int64).
+        for name in resource.nodes():
+            node = self._nodes[name]
+            if node.stats.mem + node.maxmem_total + resource.stats.maxmem > MAX_BYTES:
+                problem = f"memory of node '{name}' with resource '{sid}' would exceed {MAX_BYTES} bytes"
+                raise InvalidInputError(f"resource '{sid}'.stats.maxmem", problem)
 
     def remove_resource(self, sid: str) -> None:
         """Remove a resource from its node(s); never fails (unknown sid is a no-op)."""
         res = self._resources.pop(sid, None)
         if res is not None:
             for name in res.nodes():
-                self._nodes[name].sids.pop(sid, None)
+                node = self._nodes[name]
+                if node.sids.pop(sid, False) is None:
+                    node.maxmem_total -= res.stats.maxmem
 
     def add_resource_usage_to_node(self, nodename: str, sid: str, stats: ResourceStats) -> None:
         """Legacy add (Static's ``add_service_usage_to_node``).

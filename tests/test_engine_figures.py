@@ -244,6 +244,25 @@ def test_topsis_non_finite_criteria_are_errors(matrix, message):
     assert str(engine.value) == str(reference.value) == message
 
 
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (math.nan, "NaN"),
+        (math.inf, "inf"),
+        (-math.inf, "-inf"),
+        (1.0, "1"),
+        (-0.0, "-0"),
+        (0.1, "0.1"),
+        (1e-7, "0.0000001"),
+        (1.5e16, "15000000000000000"),
+        (123.456, "123.456"),
+    ],
+)
+@pytest.mark.parametrize("fmt", [core.topsis.rust_float, ref.rust_display], ids=["engine", "reference"])
+def test_error_texts_format_floats_as_rust_display(fmt, value, text):
+    assert fmt(value) == text
+
+
 def test_weights_are_upstreams_normalised_values():
     expected = [0.05555555555555555, 0.1111111111111111, 0.2777777777777778, 0.5555555555555556]
     assert expected == ref.WEIGHTS

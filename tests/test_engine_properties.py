@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import core.scheduler
 from core import CompactCandidate, InvalidInputError, NodeStats, ResourceStats, SchedulingError, new_scheduler
+from core.candidates import MigrationCandidate
 from core.imbalance import imbalance_bounds
 from core.usage import Aggregation
 from tests import reference as ref
@@ -307,6 +308,10 @@ def test_migration_scoring_matches_reference(scn):
             [bits(v) for v in ref.topsis_candidate_scores(view, candidates)]
         ]
     assert scored_bits(topsis) == scored_bits(ref.topsis(view, candidates, scn.limit, scn.formula))
+    # The already expanded form of the same candidates scores the same.
+    expanded = [MigrationCandidate(migration, stats) for migration, stats in candidates]
+    assert scored_bits(s.score_best_balancing_migration_candidates(expanded, scn.limit)) == scored_bits(brute)
+    assert scored_bits(s.score_best_balancing_migration_candidates_topsis(expanded, scn.limit)) == scored_bits(topsis)
 
 
 @given(scenarios(many=True))

@@ -69,7 +69,7 @@ sub instance {
     return $CURRENT if $CURRENT && $CURRENT->{pid} == $$;
     $CURRENT->_abandon if $CURRENT;
     return $CURRENT = bless {
-        pid => $$, proc => undef, srv => '', next_id => 1,
+        pid => $$, proc => undef, srv => '', number => 0, next_id => 1,
         dirty => [], frees => [], batches => [], pending => 0,
     }, __PACKAGE__;
 }
@@ -154,12 +154,18 @@ once; a hung server is killed and the call dies.
 
 sub call {
     my ($self, $st, $method, $params) = @_;
-    for my $attempt (1, 2) {
+    _limits();    # a bad setting dies before anything is sent
+    my $first_new = $SERVERS + 1;    # servers from this number on were started by this call
+    my $new_died = 0;
+    while (1) {
         my $answer = eval { $self->_call_once($st, $method, $params) };
         return _result($answer, $st) if $answer;
         my $error = $@;
         die $error if !(ref $error && $error->isa('CRSBridge::Process::Error'));
-        $self->_server_failed($error, $method, $attempt);
+        my $new = $self->{number} >= $first_new;
+        # A server that was already running may have died any time before; one started for
+        # this call and restored is retried once more, then the call gives up.
+        $self->_server_failed($error, $method, $new && $new_died++);
     }
 }
 
@@ -189,10 +195,10 @@ sub _result {
 
 # A died or timed-out server: drop it, and either let the caller retry or die saying why.
 sub _server_failed {
-    my ($self, $error, $method, $attempt) = @_;
+    my ($self, $error, $method, $give_up) = @_;
     my $proc = delete $self->{proc};
     my $timeout = $error->kind eq 'timeout';
-    my $limit = $proc->answered ? _seconds('CRS_BRIDGE_TIMEOUT', 5) : _seconds('CRS_BRIDGE_START_TIMEOUT', 20);
+    my $limit = (_limits())[ $proc->answered ? 0 : 1 ];
     my $pid = $proc->pid;
     if ($timeout) {
         $proc->kill;
@@ -207,7 +213,7 @@ sub _server_failed {
     die "crs-bridge: cannot start the server '$proc->{cmd}': it ended before answering ($how)\n"
         if !$proc->answered;
     die "crs-bridge: the server died twice during $method ($how); giving up on this call\n"
-        if $attempt > 1;
+        if $give_up;
     return;    # retry: the next attempt starts a new server and restores the objects
 }
 
@@ -220,12 +226,14 @@ sub _seconds {
     return 0 + $value;
 }
 
+# (seconds per call, seconds for the first answer of a new server)
+sub _limits {
+    return (_seconds('CRS_BRIDGE_TIMEOUT', 5), _seconds('CRS_BRIDGE_START_TIMEOUT', 20));
+}
+
 sub _deadline {
     my ($self) = @_;
-    my $limit = $self->{proc}->answered
-        ? _seconds('CRS_BRIDGE_TIMEOUT', 5)
-        : _seconds('CRS_BRIDGE_START_TIMEOUT', 20);
-    return time + $limit;
+    return time + (_limits())[ $self->{proc}->answered ? 0 : 1 ];
 }
 
 # -- server lifecycle and restore ------------------------------------------------------------
@@ -234,7 +242,8 @@ sub _ensure_server {
     my ($self) = @_;
     return if $self->{proc};
     $self->{proc} = CRSBridge::Process->spawn;
-    $self->{srv} = ++$SERVERS . "/$$";
+    $self->{number} = ++$SERVERS;
+    $self->{srv} = "$SERVERS/$$";
     @$self{qw(dirty frees batches pending)} = ([], [], [], 0);
     $self->_restore;
     return;

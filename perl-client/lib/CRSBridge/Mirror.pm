@@ -121,10 +121,17 @@ Checks (L</check_resource>) and records the placement (C<$target> undef: station
 
 sub add_resource {
     my ($self, $sid, $current, $target) = @_;
+    my $nodes = $self->{nodes};
+    if (!defined $target && exists $nodes->{$current} && !exists $self->{res}{$sid}) {
+        # The common case, checked inline.
+        $self->{res}{$sid} = [$current];
+        $nodes->{$current}{$sid} = 1;
+        return;
+    }
     $self->check_resource($sid, $current, $target);
     $self->{res}{$sid} = defined $target ? [ $current, $target ] : [$current];
-    $self->{nodes}{$current}{$sid} = 1;
-    $self->{nodes}{$target}{$sid} = 1 if defined $target;
+    $nodes->{$current}{$sid} = 1;
+    $nodes->{$target}{$sid} = 1 if defined $target;
     return;
 }
 

@@ -53,7 +53,7 @@ sub command {
     }
     for my $dir (File::Spec->path) {
         my $path = File::Spec->catfile($dir eq '' ? '.' : $dir, 'crs-bridge');
-        return [ $path, 'serve' ] if -f $path && -x _;
+        return [ File::Spec->rel2abs($path), 'serve' ] if -f $path && -x _;
     }
     die "crs-bridge: cannot start the server: 'crs-bridge' is not on PATH"
         . " (install it, or set CRS_BRIDGE_COMMAND to the command that runs 'crs-bridge serve')\n";

@@ -1,46 +1,202 @@
 package CRSBridge::Records;
 
-# The binding's input records (binding.md section 2.1): decoded as upstream decodes them,
-# checked as crs-bridge checks them (product decision 4), rendered as the JSON the server
-# takes. Decoding of a whole argument happens before any value check, as upstream reports
+# The binding's input records (binding.md section 2.1): decoded as upstream decodes them and
+# rendered as the JSON the server takes. The common shape (plain numbers and strings, as the
+# HA manager passes them) goes through a fast path; anything else goes through the exact
+# decoders of CRSBridge::Args, which also produce upstream's error messages. A whole argument
+# is decoded before any value is checked against crs-bridge's bounds, as upstream reports
 # decoding errors only.
 
 use strict;
 use warnings;
 
 use Exporter 'import';
+use Scalar::Util ();
 use CRSBridge::Args qw(
     arg_usize arg_f64 arg_string arg_opt_string arg_bool arg_struct arg_string_list missing_field
-    out_of_bounds_cores out_of_bounds_bytes check_finite
+    out_of_bounds_cores out_of_bounds_bytes check_finite MAX_BYTES MAX_CORES
 );
 use CRSBridge::Codec qw(json_str json_num json_int json_str_list);
 
 our @EXPORT_OK = qw(
-    static_stats dynamic_node_stats dynamic_resource_stats resource candidates
-    stats_json resource_json candidates_json
+    static_stats_param dynamic_stats_param node_stats_param resource_param candidates_param
 );
+
+BEGIN {
+    warnings->unimport('experimental::builtin') if $] >= 5.036;
+    *_number = defined &builtin::created_as_number ? \&builtin::created_as_number : sub { 0 };
+    *_bool = defined &builtin::is_bool ? \&builtin::is_bool : sub { 0 };
+}
 
 =head1 NAME
 
-CRSBridge::Records - decode, check and render the binding's input records
+CRSBridge::Records - decode and render the binding's input records
 
 =head1 FUNCTIONS
 
-Each decoder takes the caller's value as C<$_[0]> and a field path for error messages, dies
-with upstream's decoding error or crs-bridge's value error, and returns plain Perl data.
+Each takes the caller's value as C<$_[0]>, dies with upstream's decoding error (or, for
+infinite and NaN numbers, which JSON cannot carry, with the server's wording), and returns
+the JSON text plus a flag that is true when the server will refuse a value (crs-bridge's
+bounds, L<CRSBridge::Args/out_of_bounds_cores>): the caller then lets the server say why.
 
 =over
 
-=item static_stats($value, $where)
+=item static_stats_param($value, $where)
 
-C<{maxcpu, maxmem}> (cores, bytes) -> C<{maxcpu => number, maxmem => integer}>.
+C<{maxcpu, maxmem}> (cores, bytes) -> C<($json, $refused)>.
+
+=cut
+
+sub static_stats_param {
+    return stats_json(static_stats($_[0]), $_[1]);
+}
+
+=item dynamic_stats_param($value, $where)
+
+A resource's C<{cpu, maxcpu, mem, maxmem}> -> C<($json, $refused)>.
+
+=cut
+
+sub dynamic_stats_param {
+    return stats_json(dynamic_resource_stats($_[0]), $_[1]);
+}
+
+=item node_stats_param($value, $where)
+
+A dynamic node's C<{cpu, maxcpu, mem, maxmem}> (C<maxcpu> an integer; capacities must be
+positive) -> C<($json, $refused)>.
+
+=cut
+
+sub node_stats_param {
+    return stats_json(dynamic_node_stats($_[0]), $_[1], 1);
+}
+
+=item resource_param($value, $mode, $where)
+
+C<{stats, running, 'current-node', 'target-node'}> with static (C<$mode> 'static') or dynamic
+stats -> C<($json, $refused, $current_node, $target_node_or_undef)>.
+
+=cut
+
+sub resource_param {
+    my ($mode, $where) = @_[1, 2];
+    my @fast = _resource_fast($_[0], $mode);
+    return @fast if @fast;
+    my $r = resource($_[0], $mode eq 'static' ? \&static_stats : \&dynamic_resource_stats);
+    my ($stats, $refused) = stats_json($r->{stats}, "$where.stats");
+    my ($current, $target) = @$r{qw(current target)};
+    $refused ||= $current eq '' || (defined $target && $target eq '');
+    return (_resource_json($stats, $r->{running}, $current, $target), $refused, $current, $target);
+}
+
+sub _resource_json {
+    my ($stats, $running, $current, $target) = @_;
+    return '{"stats":' . $stats . ',"running":' . ($running ? 'true' : 'false')
+        . ',"current-node":' . json_str($current)
+        . ',"target-node":' . (defined $target ? json_str($target) : 'null') . '}';
+}
+
+# The common shape, all values plain numbers and strings within bounds; () for anything else.
+sub _resource_fast {
+    my ($r, $mode) = @_;
+    return if ref $r ne 'HASH';
+    my ($s, $running, $current, $target) = @$r{ 'stats', 'running', 'current-node', 'target-node' };
+    return if ref $s ne 'HASH' || !defined $running || !(_number($running) || _bool($running));
+    return if !_name($current) || (defined $target && !_name($target));
+    my $stats;
+    if ($mode eq 'static') {
+        my ($maxcpu, $maxmem) = @$s{qw(maxcpu maxmem)};
+        return if !_cores($maxcpu) || !_bytes($maxmem);
+        $stats = '{"maxcpu":' . json_num($maxcpu) . ',"maxmem":' . int($maxmem) . '}';
+    } else {
+        my ($cpu, $maxcpu, $mem, $maxmem) = @$s{qw(cpu maxcpu mem maxmem)};
+        return if !_cores($cpu) || !_cores($maxcpu) || !_bytes($mem) || !_bytes($maxmem);
+        $stats = '{"cpu":' . json_num($cpu) . ',"maxcpu":' . json_num($maxcpu)
+            . ',"mem":' . int($mem) . ',"maxmem":' . int($maxmem) . '}';
+    }
+    return (_resource_json($stats, $running, $current, $target), 0, "$current", defined $target ? "$target" : undef);
+}
+
+sub _name { return defined $_[0] && !ref $_[0] && !_number($_[0]) && $_[0] ne '' }
+
+# A plain number within crs-bridge's bounds (NaN fails both comparisons).
+sub _cores { return defined $_[0] && _number($_[0]) && $_[0] >= 0 && $_[0] <= MAX_CORES }
+sub _bytes { return defined $_[0] && _number($_[0]) && $_[0] >= 0 && $_[0] <= MAX_BYTES }
+
+=item candidates_param($value)
+
+An array of compact candidates C<{leader, resources, nodes}> -> C<$json>. Values the server
+will refuse (unknown nodes, ...) are left to it.
+
+=cut
+
+sub candidates_param {
+    my $list = $_[0];
+    $list = $$list while _scalar_ref($list);
+    arg_string_list($list) if (Scalar::Util::reftype($list) // '') ne 'ARRAY';    # dies with serde's message
+    my @parts;
+    for my $c (@$list) {
+        push @parts, _candidate_fast($c) // _candidate_exact($c);
+    }
+    return '[' . join(',', @parts) . ']';
+}
+
+sub _scalar_ref { return ref $_[0] eq 'SCALAR' || ref $_[0] eq 'REF' }
+
+sub _candidate_fast {
+    my ($c) = @_;
+    return undef if ref $c ne 'HASH';
+    my ($leader, $resources, $nodes) = @$c{qw(leader resources nodes)};
+    return undef if ref $resources ne 'ARRAY' || ref $nodes ne 'ARRAY' || !_name($leader);
+    my $r = _names_fast($resources) // return undef;
+    my $n = _names_fast($nodes) // return undef;
+    return '{"leader":' . json_str($leader) . ',"resources":' . $r . ',"nodes":' . $n . '}';
+}
+
+# A list of names that are plain strings needing no escapes, rendered by one join; undef when
+# an element might be something else. Numbers stringify to something starting with a digit, a
+# sign or a dot, references to "...(0x...)", undef to an empty element; such lists (and names
+# that merely look like that) take the exact path. (Inf and NaN pass as the names "Inf" and
+# "NaN", which the server then reports as unknown.)
+sub _names_fast {
+    my ($list) = @_;
+    return '[]' if !@$list;
+    no warnings 'uninitialized';
+    my $joined = join("\0", @$list);
+    return undef if ($joined =~ tr/\x00-\x1f"\\//) != $#$list || $joined eq ''
+        || $joined =~ /\0[-+.0-9\0]/ || $joined =~ /^[-+.0-9\0]/ || substr($joined, -1) eq "\0"
+        || index($joined, '(0x') >= 0;
+    return '["' . join('","', @$list) . '"]';
+}
+
+sub _candidate_exact {
+    my $h = arg_struct($_[0], 'CompactMigrationCandidate', [qw(leader resources nodes)]);
+    my ($leader, $resources, $nodes);
+    exists $h->{leader} ? ($leader = arg_string($h->{leader})) : missing_field('leader');
+    exists $h->{resources} ? ($resources = arg_string_list($h->{resources})) : missing_field('resources');
+    exists $h->{nodes} ? ($nodes = arg_string_list($h->{nodes})) : missing_field('nodes');
+    return '{"leader":' . json_str($leader) . ',"resources":' . json_str_list($resources)
+        . ',"nodes":' . json_str_list($nodes) . '}';
+}
+
+=back
+
+=head2 Exact decoders
+
+Each returns plain Perl data (a hash of the decoded fields), dying with upstream's message.
+
+=over
+
+=item static_stats($value)
+
+C<{maxcpu => number, maxmem => integer}>.
 
 =cut
 
 my @STATIC = qw(maxcpu maxmem);
 
 sub static_stats {
-    my $where = $_[1];
     my $h = arg_struct($_[0], 'StaticResourceStats', \@STATIC);
     my %s;
     exists $h->{maxcpu} ? ($s{maxcpu} = arg_f64($h->{maxcpu})) : missing_field('maxcpu');
@@ -48,10 +204,9 @@ sub static_stats {
     return \%s;
 }
 
-=item dynamic_node_stats($value, $where)
+=item dynamic_node_stats($value) / dynamic_resource_stats($value)
 
-C<{cpu, maxcpu, mem, maxmem}> of a node: cores in use (number), cores (integer), bytes in
-use, bytes.
+C<{cpu, maxcpu, mem, maxmem}>; C<maxcpu> is an integer for a node, a number for a resource.
 
 =cut
 
@@ -60,13 +215,6 @@ my @DYNAMIC = qw(cpu maxcpu mem maxmem);
 sub dynamic_node_stats {
     return _dynamic($_[0], 'DynamicNodeStats', \&arg_usize);
 }
-
-=item dynamic_resource_stats($value, $where)
-
-C<{cpu, maxcpu, mem, maxmem}> of a resource: cores in use, core limit (numbers; 0 = no
-limit), bytes in use, memory limit.
-
-=cut
 
 sub dynamic_resource_stats {
     return _dynamic($_[0], 'DynamicResourceStats', \&arg_f64);
@@ -85,8 +233,7 @@ sub _dynamic {
 
 =item resource($value, \&stats_decoder)
 
-C<{stats, running, 'current-node', 'target-node'}> -> C<{stats, running (1/0), current,
-target (undef when stationary)}>.
+C<{stats, running (1/0), current, target (undef when stationary)}>.
 
 =cut
 
@@ -105,99 +252,28 @@ sub resource {
     return \%r;
 }
 
-=item candidates($value)
-
-An array of compact candidates C<{leader, resources, nodes}> -> array of
-C<[leader, \@resources, \@nodes]>.
-
-=cut
-
-my @CANDIDATE = qw(leader resources nodes);
-
-sub candidates {
-    my $list = $_[0];
-    $list = $$list while ref $list eq 'SCALAR' || ref $list eq 'REF';
-    if (ref $list ne 'ARRAY') {
-        # Let the sequence decoder produce serde's message for whatever this is.
-        arg_string_list($list);
-    }
-    my @out;
-    for my $c (@$list) {
-        my $h = arg_struct($c, 'CompactMigrationCandidate', \@CANDIDATE);
-        my @cand;
-        exists $h->{leader} ? ($cand[0] = arg_string($h->{leader})) : missing_field('leader');
-        exists $h->{resources}
-            ? ($cand[1] = arg_string_list($h->{resources}))
-            : missing_field('resources');
-        exists $h->{nodes} ? ($cand[2] = arg_string_list($h->{nodes})) : missing_field('nodes');
-        push @out, \@cand;
-    }
-    return \@out;
-}
-
-=back
-
-=head2 Rendering
-
-The renderers return the JSON text and a flag that is true when the server will refuse a
-value (crs-bridge's bounds, see L<CRSBridge::Args/out_of_bounds_cores>); infinite and NaN
-numbers die here, since JSON cannot carry them.
-
-=over
-
 =item stats_json(\%stats, $where, $node)
 
-Renders decoded stats (any of the three kinds; C<$node> true for node stats, whose
-capacities must be positive). Core counts become numbers, byte counts integers.
+Renders decoded stats of any kind (C<$node> true for node stats, whose capacities must be
+positive) as C<($json, $refused)>; core counts become numbers, byte counts integers.
 
 =cut
 
 sub stats_json {
     my ($s, $where, $node) = @_;
-    my ($json, $bad) = ('{', 0);
+    my ($json, $refused) = ('{', 0);
     if (exists $s->{cpu}) {
-        $bad ||= out_of_bounds_cores(check_finite("$where.cpu", $s->{cpu}));
+        $refused ||= out_of_bounds_cores(check_finite("$where.cpu", $s->{cpu}));
         $json .= '"cpu":' . json_num($s->{cpu}) . ',';
     }
-    $bad ||= out_of_bounds_cores(check_finite("$where.maxcpu", $s->{maxcpu}), $node);
+    $refused ||= out_of_bounds_cores(check_finite("$where.maxcpu", $s->{maxcpu}), $node);
     $json .= '"maxcpu":' . json_num($s->{maxcpu});
     if (exists $s->{mem}) {
-        $bad ||= out_of_bounds_bytes($s->{mem});
+        $refused ||= out_of_bounds_bytes($s->{mem});
         $json .= ',"mem":' . json_int($s->{mem});
     }
-    $bad ||= out_of_bounds_bytes($s->{maxmem}, $node);
-    return ($json . ',"maxmem":' . json_int($s->{maxmem}) . '}', $bad);
-}
-
-=item resource_json(\%resource, $where)
-
-Renders a decoded resource; also flags an empty node name.
-
-=cut
-
-sub resource_json {
-    my ($r, $where) = @_;
-    my ($stats, $bad) = stats_json($r->{stats}, "$where.stats");
-    my $target = $r->{target};
-    $bad ||= $r->{current} eq '' || (defined $target && $target eq '');
-    return ('{"stats":' . $stats
-        . ',"running":' . ($r->{running} ? 'true' : 'false')
-        . ',"current-node":' . json_str($r->{current})
-        . ',"target-node":' . (defined $target ? json_str($target) : 'null') . '}', $bad);
-}
-
-=item candidates_json(\@candidates)
-
-Renders decoded candidates as a JSON array of compact candidates.
-
-=cut
-
-sub candidates_json {
-    my ($list) = @_;
-    return '[' . join(',', map {
-        '{"leader":' . json_str($_->[0]) . ',"resources":' . json_str_list($_->[1])
-            . ',"nodes":' . json_str_list($_->[2]) . '}'
-    } @$list) . ']';
+    $refused ||= out_of_bounds_bytes($s->{maxmem}, $node);
+    return ($json . ',"maxmem":' . json_int($s->{maxmem}) . '}', $refused);
 }
 
 =back

@@ -10,7 +10,8 @@ use CRSBridge::Args qw(check_arity check_invocant arg_string arg_usize arg_f64 c
 use CRSBridge::Codec qw(json_str json_int json_num);
 use CRSBridge::Connection;
 use CRSBridge::Mirror;
-use CRSBridge::Records qw(candidates candidates_json);
+use CRSBridge::Records qw(candidates_param);
+use Scalar::Util ();
 
 =head1 NAME
 
@@ -52,9 +53,10 @@ sub _new {
 
 # The state of a checked invocant (dies like perlmod for anything else).
 sub _state {
-    my ($self) = @_;
-    check_invocant($self, _binding($self));
-    return $self->{_crs};
+    my $st = ref $_[0] && Scalar::Util::reftype($_[0]) eq 'HASH' && $_[0]{_crs};
+    return $st if $st;
+    check_invocant($_[0], _binding($_[0]));
+    return $_[0]{_crs};
 }
 
 sub _binding {
@@ -62,19 +64,20 @@ sub _binding {
     return eval { $self->BINDING } // 'PVE::RS::ResourceScheduling';
 }
 
-# Journal a mutation. $apply checks it against the mirror (dying with upstream's message) and
-# records it there. When the server will refuse a value ($refused), the mutation is sent at
-# once instead, so that the server's message (naming the field) is what the caller sees.
+# Journal a mutation. The mirror method $op (with @args) checks it, dying with upstream's
+# message, and records it. When the server will refuse a value ($refused), the mutation is
+# sent at once instead, so that the server's message (naming the field) is what the caller
+# sees, and the mirror follows only if the server accepted it.
 sub _mutate {
-    my ($st, $method, $params, $refused, $apply) = @_;
+    my ($st, $method, $params, $refused, $op, @args) = @_;
     die $st->{poison} if $st->{poison};
     my $conn = CRSBridge::Connection->instance;
     if ($refused) {
         $conn->call_mutation($st, $method, $params);
-        $apply->();
+        $st->{mirror}->$op(@args);
         return;
     }
-    $apply->();
+    $st->{mirror}->$op(@args);
     $conn->mutate($st, $method, $params);
     return;
 }
@@ -101,7 +104,7 @@ sub remove_node {
     my $name = arg_string($_[1]);
     die $st->{poison} if $st->{poison};
     return if !$st->{mirror}->has_node($name);
-    _mutate($st, 'remove_node', '"nodename":' . json_str($name), 0, sub { $st->{mirror}->remove_node($name) });
+    _mutate($st, 'remove_node', '"nodename":' . json_str($name), 0, remove_node => $name);
     return;
 }
 
@@ -177,10 +180,9 @@ sub score_best_balancing_migration_candidates_topsis {
 sub _score_migrations {
     my $method = shift;
     my $st = _state($_[0]);
-    my $candidates = candidates($_[1]);
+    my $candidates = candidates_param($_[1]);
     my $limit = arg_usize($_[2]);
-    return _query($st, $method,
-        '"candidates":' . candidates_json($candidates) . ',"limit":' . json_int($limit));
+    return _query($st, $method, '"candidates":' . $candidates . ',"limit":' . json_int($limit));
 }
 
 =back
@@ -202,11 +204,11 @@ sub select_best_balancing_migration {
     check_arity('select_best_balancing_migration', $count == 2 ? [ @_, undef ] : \@_,
         qw(this candidates imbalance_threshold));
     my $st = _state($_[0]);
-    my $candidates = candidates($_[1]);
+    my $candidates = candidates_param($_[1]);
     my $threshold = 'null';
     $threshold = json_num(check_finite('imbalance_threshold', arg_f64($_[2]))) if defined $_[2];
     return _query($st, 'select_best_balancing_migration',
-        '"candidates":' . candidates_json($candidates) . ',"imbalance_threshold":' . $threshold);
+        '"candidates":' . $candidates . ',"imbalance_threshold":' . $threshold);
 }
 
 =item select_best_balancing_migration_topsis(\@candidates)
@@ -218,9 +220,7 @@ The TOPSIS-best scored migration, or undef when there are no candidates.
 sub select_best_balancing_migration_topsis {
     check_arity('select_best_balancing_migration_topsis', \@_, qw(this candidates));
     my $st = _state($_[0]);
-    my $candidates = candidates($_[1]);
-    return _query($st, 'select_best_balancing_migration_topsis',
-        '"candidates":' . candidates_json($candidates));
+    return _query($st, 'select_best_balancing_migration_topsis', '"candidates":' . candidates_param($_[1]));
 }
 
 =back

@@ -7,7 +7,7 @@ use parent 'CRSBridge::Scheduler';
 
 use CRSBridge::Args qw(check_arity arg_string);
 use CRSBridge::Codec qw(json_str);
-use CRSBridge::Records qw(dynamic_node_stats dynamic_resource_stats stats_json resource resource_json);
+use CRSBridge::Records qw(node_stats_param dynamic_stats_param resource_param);
 
 use constant BINDING => __PACKAGE__;
 use constant MODE => 'dynamic';
@@ -63,12 +63,12 @@ maxmem => bytes (> 0) }>. Dies with C<node '<name>' already exists>. Returns not
 =cut
 
 sub add_node {
-    check_arity('add_node', \@_, qw(this nodename stats));
+    check_arity('add_node', \@_, qw(this nodename stats)) if @_ != 3;
     my $st = CRSBridge::Scheduler::_state($_[0]);
     my $name = arg_string($_[1]);
-    my ($json, $refused) = stats_json(dynamic_node_stats($_[2]), 'stats', 1);
+    my ($json, $refused) = node_stats_param($_[2], 'stats');
     CRSBridge::Scheduler::_mutate($st, 'add_node', '"nodename":' . json_str($name) . ',"stats":' . $json,
-        $refused || $name eq '', sub { $st->{mirror}->add_node($name) });
+        $refused || $name eq '', add_node => $name);
     return;
 }
 
@@ -81,14 +81,12 @@ scheduler. Returns nothing.
 =cut
 
 sub add_resource {
-    check_arity('add_resource', \@_, qw(this sid resource));
+    check_arity('add_resource', \@_, qw(this sid resource)) if @_ != 3;
     my $st = CRSBridge::Scheduler::_state($_[0]);
     my $sid = arg_string($_[1]);
-    my $resource = resource($_[2], \&dynamic_resource_stats);
-    my ($json, $refused) = resource_json($resource, 'resource');
+    my ($json, $refused, $current, $target) = resource_param($_[2], 'dynamic', 'resource');
     CRSBridge::Scheduler::_mutate($st, 'add_resource', '"sid":' . json_str($sid) . ',"resource":' . $json,
-        $refused || $sid eq '',
-        sub { $st->{mirror}->add_resource($sid, $resource->{current}, $resource->{target}) });
+        $refused || $sid eq '', add_resource => $sid, $current, $target);
     return;
 }
 
@@ -99,12 +97,12 @@ Removes a resource from its node(s); an unknown sid is a no-op. Returns nothing.
 =cut
 
 sub remove_resource {
-    check_arity('remove_resource', \@_, qw(this sid));
+    check_arity('remove_resource', \@_, qw(this sid)) if @_ != 2;
     my $st = CRSBridge::Scheduler::_state($_[0]);
     my $sid = arg_string($_[1]);
     die $st->{poison} if $st->{poison};
     CRSBridge::Scheduler::_mutate($st, 'remove_resource', '"sid":' . json_str($sid), 0,
-        sub { $st->{mirror}->remove_resource($sid) }) if $st->{mirror}->has_resource($sid);
+        remove_resource => $sid) if $st->{mirror}->has_resource($sid);
     return;
 }
 
@@ -118,7 +116,7 @@ higher is better, for starting a resource with C<{ cpu, maxcpu, mem, maxmem }> t
 sub score_nodes_to_start_resource {
     check_arity('score_nodes_to_start_resource', \@_, qw(this resource_stats));
     my $st = CRSBridge::Scheduler::_state($_[0]);
-    my ($json) = stats_json(dynamic_resource_stats($_[1]), 'resource_stats');
+    my ($json) = dynamic_stats_param($_[1], 'resource_stats');
     return CRSBridge::Scheduler::_query($st, 'score_nodes_to_start_resource', '"resource_stats":' . $json);
 }
 

@@ -5,9 +5,9 @@ use warnings;
 
 use parent 'CRSBridge::Scheduler';
 
-use CRSBridge::Args qw(check_arity arg_string arg_usize);
+use CRSBridge::Args qw(check_arity arg_string arg_usize out_of_bounds_cores out_of_bounds_bytes);
 use CRSBridge::Codec qw(json_str json_int);
-use CRSBridge::Records qw(static_stats stats_json resource resource_json);
+use CRSBridge::Records qw(static_stats_param resource_param);
 
 use constant BINDING => __PACKAGE__;
 use constant MODE => 'static';
@@ -70,15 +70,14 @@ C<node '<name>' already exists>. Returns nothing.
 =cut
 
 sub add_node {
-    check_arity('add_node', \@_, qw(this nodename maxcpu maxmem));
+    check_arity('add_node', \@_, qw(this nodename maxcpu maxmem)) if @_ != 4;
     my $st = CRSBridge::Scheduler::_state($_[0]);
     my $name = arg_string($_[1]);
-    my $stats = { maxcpu => arg_usize($_[2]), maxmem => arg_usize($_[3]) };
-    my (undef, $refused) = stats_json($stats, 'stats', 1);
+    my ($maxcpu, $maxmem) = (arg_usize($_[2]), arg_usize($_[3]));
+    my $refused = $name eq '' || out_of_bounds_cores($maxcpu, 1) || out_of_bounds_bytes($maxmem, 1);
     CRSBridge::Scheduler::_mutate($st, 'add_node',
-        '"nodename":' . json_str($name) . ',"maxcpu":' . json_int($stats->{maxcpu})
-        . ',"maxmem":' . json_int($stats->{maxmem}),
-        $refused || $name eq '', sub { $st->{mirror}->add_node($name) });
+        '"nodename":' . json_str($name) . ',"maxcpu":' . json_int($maxcpu) . ',"maxmem":' . json_int($maxmem),
+        $refused, add_node => $name);
     return;
 }
 
@@ -93,14 +92,12 @@ node>, C<nodes for resource '<sid>' do not exist>. Returns nothing.
 =cut
 
 sub add_service {
-    check_arity('add_service', \@_, qw(this sid service));
+    check_arity('add_service', \@_, qw(this sid service)) if @_ != 3;
     my $st = CRSBridge::Scheduler::_state($_[0]);
     my $sid = arg_string($_[1]);
-    my $service = resource($_[2], \&static_stats);
-    my ($json, $refused) = resource_json($service, 'service');
+    my ($json, $refused, $current, $target) = resource_param($_[2], 'static', 'service');
     CRSBridge::Scheduler::_mutate($st, 'add_service', '"sid":' . json_str($sid) . ',"service":' . $json,
-        $refused || $sid eq '',
-        sub { $st->{mirror}->add_resource($sid, $service->{current}, $service->{target}) });
+        $refused || $sid eq '', add_resource => $sid, $current, $target);
     return;
 }
 
@@ -114,14 +111,14 @@ Returns nothing.
 =cut
 
 sub add_service_usage_to_node {
-    check_arity('add_service_usage_to_node', \@_, qw(this nodename sid service_stats));
+    check_arity('add_service_usage_to_node', \@_, qw(this nodename sid service_stats)) if @_ != 4;
     my $st = CRSBridge::Scheduler::_state($_[0]);
     my $name = arg_string($_[1]);
     my $sid = arg_string($_[2]);
-    my ($json, $refused) = stats_json(static_stats($_[3]), 'service_stats');
+    my ($json, $refused) = static_stats_param($_[3], 'service_stats');
     CRSBridge::Scheduler::_mutate($st, 'add_service_usage_to_node',
         '"nodename":' . json_str($name) . ',"sid":' . json_str($sid) . ',"service_stats":' . $json,
-        $refused || $sid eq '' || $name eq '', sub { $st->{mirror}->legacy_add($name, $sid) });
+        $refused || $sid eq '' || $name eq '', legacy_add => $name, $sid);
     return;
 }
 
@@ -132,12 +129,12 @@ Removes a service from its node(s); an unknown sid is a no-op. Returns nothing.
 =cut
 
 sub remove_service_usage {
-    check_arity('remove_service_usage', \@_, qw(this sid));
+    check_arity('remove_service_usage', \@_, qw(this sid)) if @_ != 2;
     my $st = CRSBridge::Scheduler::_state($_[0]);
     my $sid = arg_string($_[1]);
     die $st->{poison} if $st->{poison};
     CRSBridge::Scheduler::_mutate($st, 'remove_service_usage', '"sid":' . json_str($sid), 0,
-        sub { $st->{mirror}->remove_resource($sid) }) if $st->{mirror}->has_resource($sid);
+        remove_resource => $sid) if $st->{mirror}->has_resource($sid);
     return;
 }
 
@@ -151,7 +148,7 @@ higher is better, for starting a service with C<{ maxcpu, maxmem }> there.
 sub score_nodes_to_start_service {
     check_arity('score_nodes_to_start_service', \@_, qw(this service_stats));
     my $st = CRSBridge::Scheduler::_state($_[0]);
-    my ($json) = stats_json(static_stats($_[1]), 'service_stats');
+    my ($json) = static_stats_param($_[1], 'service_stats');
     return CRSBridge::Scheduler::_query($st, 'score_nodes_to_start_service', '"service_stats":' . $json);
 }
 

@@ -1,0 +1,104 @@
+"""Bulk validation of expanded candidates, the bulk of a big request.
+
+pydantic validates a list of 100k :class:`~bridge.models.Candidate` one model at a time (a few
+µs each, plus an object per candidate and per stats); here the same list is checked column by
+column and handed to the engine as :class:`core.CandidateColumns`.
+
+This is a filter, not a second schema. :func:`expanded_columns` accepts a list only when it can
+tell in bulk that the models would accept it and what values they would produce; anything else
+(a missing key, a wrong type, a bound crossed, a fractional byte count, ...) gets None, and the
+caller validates with the models, whose errors are the only ones a client ever sees. So the
+models stay the single source of the wire schema, ``rpc.discover`` is unchanged, and the fast path
+can only make a call faster, not different (``tests/test_fastpath.py`` holds the two together).
+"""
+
+from __future__ import annotations
+
+import functools
+import typing
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+
+from core import CandidateColumns
+from core.limits import MAX_BYTES, MAX_CORES
+
+from . import models as m
+
+#: The annotation pydantic keeps for a field declared as :data:`bridge.models.Candidates`.
+_CANDIDATES_UNION = typing.get_args(m.Candidates)[0]
+_CANDIDATE = itemgetter("sid", "source-node", "target-node", "stats")
+_STATS = itemgetter("cpu", "maxcpu", "mem", "maxmem")
+
+
+@functools.cache
+def takes_candidates(model: type[m.Params]) -> bool:
+    """Whether ``model`` has a ``candidates`` field of type :data:`bridge.models.Candidates`."""
+    field = model.model_fields.get("candidates")
+    return field is not None and field.annotation == _CANDIDATES_UNION
+
+
+def expanded_columns(candidates: Any) -> CandidateColumns | None:
+    """``candidates`` as columns if it is a non-empty list of expanded candidates that
+    :class:`bridge.models.Candidate` accepts, with the values the models would give (cpu as
+    float64 cores, -0.0 as 0.0; mem as int64 bytes); None otherwise, and whenever in doubt."""
+    # The models' own discriminator decides the form, so both take the same branch.
+    if type(candidates) is not list or not candidates or m._candidate_form(candidates) != "expanded":
+        return None
+    if set(map(type, candidates)) != {dict}:
+        return None
+    try:
+        sids, sources, targets, stats = zip(*map(_CANDIDATE, candidates))
+        if set(map(type, stats)) != {dict}:
+            return None
+        cpu, maxcpu, mem, maxmem = zip(*map(_STATS, stats))
+    except KeyError:
+        return None
+    if not (_names(sids) and _names(sources) and _names(targets)):
+        return None
+    cpu_column, mem_column = _cores(cpu), _bytes(mem)
+    if cpu_column is None or mem_column is None or _cores(maxcpu) is None or _bytes(maxmem) is None:
+        return None
+    return CandidateColumns(sids, sources, targets, cpu_column, mem_column)
+
+
+def _names(column: tuple) -> bool:
+    """All non-empty strings (:data:`bridge.models.Name`); checked once per distinct value."""
+    try:
+        distinct = set(column)
+    except TypeError:  # unhashable: an array or an object
+        return False
+    return all(type(name) is str and name for name in distinct)
+
+
+def _cores(column: tuple) -> np.ndarray | None:
+    """As :data:`bridge.models.Cores` (strict float: ints too, no bools): finite, in [0, MAX_CORES]."""
+    if not set(map(type, column)) <= {float, int}:
+        return None
+    try:
+        values = np.array(column, dtype=np.float64)
+    except OverflowError:  # an int beyond float range
+        return None
+    if not (np.isfinite(values) & (values >= 0.0) & (values <= MAX_CORES)).all():
+        return None
+    return values + 0.0
+
+
+def _bytes(column: tuple) -> np.ndarray | None:
+    """As :data:`bridge.models.Bytes` (strict int, integral floats as the int they hold, no bools):
+    in [0, MAX_BYTES]."""
+    types = set(map(type, column))
+    if not types <= {int, float}:
+        return None
+    if float in types:
+        column = tuple(int(v) if type(v) is float and v.is_integer() else v for v in column)
+        if float in set(map(type, column)):  # a fraction, an infinity
+            return None
+    try:
+        values = np.fromiter(column, dtype=np.int64, count=len(column))
+    except OverflowError:
+        return None
+    if not ((values >= 0) & (values <= MAX_BYTES)).all():
+        return None
+    return values

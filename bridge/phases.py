@@ -1,0 +1,37 @@
+"""Opt-in timing of a message's phases, for ``crs-bridge serve --trace``.
+
+The code that handles a message calls :func:`mark` at the end of each phase (``decode``,
+``validate``, ``snapshot``, ``candidates``, ``score``, ``encode``); the tracer brackets a message
+with :func:`start` and :func:`take`. Without a tracer nothing is started and :func:`mark` is a
+global lookup and a test, so the timing costs nothing when off. One message at a time (the server
+is single-threaded).
+"""
+
+from __future__ import annotations
+
+import time
+
+_marks: list[tuple[str, float]] | None = None
+
+
+def start() -> None:
+    """Start timing a message: the first phase begins now."""
+    global _marks
+    _marks = [("", time.perf_counter())]
+
+
+def mark(phase: str) -> None:
+    """End ``phase`` now (the next phase begins); a no-op unless timing was started."""
+    if _marks is not None:
+        _marks.append((phase, time.perf_counter()))
+
+
+def take() -> dict[str, float]:
+    """Stop timing; return seconds per phase in the order first seen (a phase marked more than
+    once, e.g. in a batch, is summed)."""
+    global _marks
+    marks, _marks = _marks or [], None
+    spent: dict[str, float] = {}
+    for (_, begin), (phase, end) in zip(marks, marks[1:]):
+        spent[phase] = spent.get(phase, 0.0) + end - begin
+    return spent

@@ -1,0 +1,94 @@
+#!/usr/bin/perl
+# Mutations are buffered and sent as batches before the next query (or when many have piled
+# up), semantic errors still die at the call that caused them, destroyed objects are freed on
+# the server, and the server's state always matches what the client answers locally.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib", "$FindBin::Bin/../lib";
+
+use Test::More;
+use CRSBridgeTest;
+use CRSBridge::Connection;
+use CRSBridge::Process;
+use PVE::RS::ResourceScheduling::Static;
+use PVE::RS::ResourceScheduling::Dynamic;
+
+# Count what is written to the server: messages (lines) and requests inside them.
+my ($messages, $requests) = (0, 0);
+{
+    no warnings 'redefine';
+    my $queue = \&CRSBridge::Process::queue;
+    *CRSBridge::Process::queue = sub {
+        my ($self, $bytes) = @_;
+        $messages += () = $bytes =~ /\n/g;
+        $requests += () = $bytes =~ /"jsonrpc":"2\.0"/g;
+        return $queue->(@_);
+    };
+}
+
+sub live_handles {
+    return CRSBridge::Connection->instance->call(undef, 'bridge.info', '{}')->{schedulers};
+}
+
+sub service {
+    my ($node) = @_;
+    return { stats => { maxcpu => 1.0, maxmem => GiB }, running => 1, 'current-node' => $node };
+}
+
+my $usage = PVE::RS::ResourceScheduling::Static->new();
+($messages, $requests) = (0, 0);
+$usage->add_node("node$_", 16, 64 * GiB) for 1 .. 4;
+$usage->add_service("vm:$_", service('node' . (1 + $_ % 4))) for 1 .. 200;
+is($messages, 0, '204 mutations: nothing sent yet');
+
+is(error_of { $usage->add_node('node1', 1, 1) }, "node 'node1' already exists\n", 'duplicate node dies at the call');
+is(error_of { $usage->add_service('vm:1', service('node1')) }, "resource 'vm:1' already exists\n",
+    'duplicate sid dies at the call');
+is(error_of { $usage->add_service('vm:x', service('node9')) }, "current node for resource 'vm:x' does not exist\n",
+    'unknown node dies at the call');
+is($messages, 0, '... without asking the server');
+is_deeply($usage->list_nodes, [ map { "node$_" } 1 .. 4 ], 'list_nodes is answered locally');
+is($usage->contains_node('node2'), 1, 'contains_node too');
+is($messages, 0, '... without asking the server');
+
+my $imbalance = $usage->calculate_node_imbalance;
+is($messages, 2, 'a query sends one batch and the query');
+is($requests, 205, '... with every mutation in the batch');
+my @loads = map { [ 50, 16, 50 * GiB, 64 * GiB ] } 1 .. 4;
+cmp_ok(abs($imbalance - reference_imbalance(\@loads, 'normalized')), '<', 1e-12, 'the server has them all');
+
+($messages, $requests) = (0, 0);
+$usage->remove_service_usage('vm:nope');
+$usage->remove_node('node-nope');
+$usage->calculate_node_imbalance;
+is($requests, 1, 'no-op removals are not sent at all');
+
+($messages, $requests) = (0, 0);
+$usage->add_service("vm:$_", service('node1')) for 1001 .. 2200;
+cmp_ok($messages, '>=', 2, 'a large buffer is sent before the next query');
+is(scalar @{ server_call($usage, 'list_nodes') }, 4, 'and everything still agrees');
+$usage->remove_node('node1');
+is_deeply(server_call($usage, 'list_nodes'), $usage->list_nodes, 'server and client agree after remove_node');
+
+subtest 'destroyed objects are freed on the server' => sub {
+    my $before = live_handles();
+    my $other = PVE::RS::ResourceScheduling::Dynamic->new();
+    $other->add_node('n', { cpu => 0, maxcpu => 1, mem => 0, maxmem => 1 });
+    is(live_handles(), $before + 1, 'one more handle');
+    undef $other;
+    is(live_handles(), $before, 'freed with the next message');
+};
+
+subtest 'a value the server refuses is reported by the server, at the call' => sub {
+    ($messages, $requests) = (0, 0);
+    my $fresh = PVE::RS::ResourceScheduling::Static->new();
+    $fresh->add_node('a', 1, GiB);
+    like(error_of { $fresh->add_node('b', 0, GiB) }, qr/^Invalid params: maxcpu: /, 'zero cores');
+    is_deeply($fresh->list_nodes, ['a'], 'not added');
+    is_deeply(server_call($fresh, 'list_nodes'), ['a'], 'not on the server either');
+};
+
+done_testing();

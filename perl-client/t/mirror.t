@@ -1,0 +1,43 @@
+#!/usr/bin/perl
+# The client-side mirror that raises upstream's semantic errors at the call (core/usage.py
+# semantics), without a server.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib", "$FindBin::Bin/../lib";
+
+use Test::More;
+use CRSBridgeTest;
+use CRSBridge::Mirror;
+
+my $m = CRSBridge::Mirror->new;
+$m->add_node($_) for qw(A B C);
+is(error_of { $m->add_node('B') }, "node 'B' already exists\n", 'duplicate node');
+$m->add_resource('vm:1', 'A');
+$m->add_resource('vm:2', 'A', 'B');
+$m->add_resource('vm:3', 'B', 'A');
+is(error_of { $m->add_resource('vm:1', 'B') }, "resource 'vm:1' already exists\n", 'duplicate sid first');
+is(error_of { $m->add_resource('vm:4', 'Z') }, "current node for resource 'vm:4' does not exist\n", 'unknown node');
+is(error_of { $m->add_resource('vm:4', 'Z', 'Z') }, "resource 'vm:4' has the same current and target node\n",
+    'same nodes before unknown nodes');
+is(error_of { $m->add_resource('vm:4', 'A', 'Z') }, "nodes for resource 'vm:4' do not exist\n", 'unknown target');
+
+ok($m->remove_node('A'), 'removed');
+ok(!$m->remove_node('A'), 'unknown: nothing removed');
+is_deeply($m->node_names, [qw(B C)], 'order kept');
+ok(!$m->has_resource('vm:1'), 'stationary resource removed with its node');
+is(error_of { $m->add_resource('vm:2', 'C') }, "resource 'vm:2' already exists\n", 'moving away: stays');
+is(error_of { $m->legacy_add('C', 'vm:2') }, '', '... stationary on B now, so it can start moving again');
+is(error_of { $m->legacy_add('C', 'vm:3') }, '', 'moving to the removed node: stationary on its source');
+is(error_of { $m->legacy_add('B', 'vm:3') }, "resource 'vm:3' is already moving to target node 'C'\n",
+    'legacy add of a moving resource');
+ok($m->has_resource('vm:3'), 'a failed legacy add changes nothing');
+ok($m->remove_resource('vm:3'), 'remove');
+ok(!$m->remove_resource('vm:3'), 'remove unknown');
+ok($m->remove_node('C'), 'remove the target of a moving resource');
+is(error_of { $m->legacy_add('C', 'vm:2') }, "nodes for resource 'vm:2' do not exist\n",
+    'vm:2 is back to stationary on B');
+
+done_testing();
