@@ -5,8 +5,8 @@
 #
 #   PATH=.venv/bin:$PATH perl benchmarks/perl_round.pl [--rounds 50] [--nodes 16] [--guests 2000]
 #       [--mode static|dynamic] [--json PP|XS]   (no --json: runs each available backend)
-#
-# Server-side time: add --trace FILE to CRS_BRIDGE_COMMAND (crs-bridge serve --trace FILE).
+#       [--split]                (client-side time per phase)
+#       [--server-trace FILE]    (run the server with --trace FILE and print its time per request kind)
 
 use strict;
 use warnings;
@@ -15,16 +15,19 @@ use FindBin;
 use lib "$FindBin::Bin/../perl-client/lib";
 
 use Getopt::Long;
+use List::Util ();
 use Time::HiRes qw(time);
 
 my %opt = (rounds => 50, nodes => 16, guests => 2000, mode => 'static');
-GetOptions(\%opt, 'rounds=i', 'nodes=i', 'guests=i', 'mode=s', 'json=s', 'split')
-    or die "usage: $0 [--rounds N] [--nodes N] [--guests N] [--mode static|dynamic] [--json PP|XS] [--split]\n";
+GetOptions(\%opt, 'rounds=i', 'nodes=i', 'guests=i', 'mode=s', 'json=s', 'split', 'server-trace=s')
+    or die "usage: $0 [--rounds N] [--nodes N] [--guests N] [--mode static|dynamic] [--json PP|XS] [--split]"
+    . " [--server-trace FILE]\n";
 
 if (!$opt{json}) {
     # One process per backend: the backend is chosen once per process.
     my @args = map { ("--$_", $opt{$_}) } qw(rounds nodes guests mode);
     push @args, '--split' if $opt{split};
+    push @args, '--server-trace', $opt{'server-trace'} if $opt{'server-trace'};
     for my $json ('PP', 'XS') {
         if ($json eq 'XS' && !eval { require Cpanel::JSON::XS; 1 }) {
             print "XS: Cpanel::JSON::XS is not installed, skipped\n";
@@ -36,6 +39,11 @@ if (!$opt{json}) {
 }
 
 $ENV{CRS_BRIDGE_JSON} = $opt{json};
+if (my $trace = $opt{'server-trace'}) {
+    unlink($trace);
+    require CRSBridge::Process;
+    $ENV{CRS_BRIDGE_COMMAND} = join(' ', @{ CRSBridge::Process::command() }, '--trace', $trace);
+}
 require PVE::RS::ResourceScheduling::Static;
 require PVE::RS::ResourceScheduling::Dynamic;
 require CRSBridge::Codec;
@@ -64,8 +72,15 @@ my @candidates = map {
     { leader => $g->{sid}, resources => [ $g->{sid} ], nodes => [ grep { $_ ne $g->{node} } @nodes ] }
 } @guests;
 
+# CPU seconds used by this (client) process so far; the server's time is not in it.
+sub cpu {
+    my ($user, $system) = times;
+    return $user + $system;
+}
+
 sub round {
     my $static = $opt{mode} eq 'static';
+    my $cpu0 = cpu();
     my $t0 = time;
     my $usage = $static
         ? PVE::RS::ResourceScheduling::Static->new()
@@ -98,7 +113,7 @@ sub round {
     my $t3 = time;
     undef $usage;
     die "no migration found\n" if !@$best;
-    return [ $t3 - $t0, $t1 - $t0, $t2 - $t1, $t3 - $t2 ];
+    return [ $t3 - $t0, $t1 - $t0, $t2 - $t1, $t3 - $t2, cpu() - $cpu0 ];
 }
 
 sub percentile {
@@ -110,12 +125,40 @@ sub percentile {
 round() for 1 .. 3;    # start the server, warm up
 my @times = map { round() } 1 .. $opt{rounds};
 my $backend = CRSBridge::Codec::backend();
-printf "%s (%s), %s mode, %d nodes, %d guests, %d rounds: p50 %.1f ms, p90 %.1f ms\n",
+printf "%s (%s), %s mode, %d nodes, %d guests, %d rounds: p50 %.1f ms, p90 %.1f ms"
+    . " (client CPU: mean %.1f ms per round)\n",
     $opt{json}, $backend, $opt{mode}, $opt{nodes}, $opt{guests}, $opt{rounds},
-    1000 * percentile(0.5, map { $_->[0] } @times), 1000 * percentile(0.9, map { $_->[0] } @times);
+    1000 * percentile(0.5, map { $_->[0] } @times), 1000 * percentile(0.9, map { $_->[0] } @times),
+    1000 * List::Util::sum(map { $_->[4] } @times) / @times;
 if ($opt{split}) {
     my @names = ('new + adds (client side)', 'imbalance (incl. flush of the adds)', 'score candidates');
     for my $i (1 .. 3) {
         printf "    %-38s p50 %.1f ms\n", $names[ $i - 1 ], 1000 * percentile(0.5, map { $_->[$i] } @times);
+    }
+}
+
+print_server_time($opt{'server-trace'}) if $opt{'server-trace'};
+
+# Server time per request kind and round, from the server's trace ("-->" request lines, each
+# followed by a "<-- N ms" answer line); the first 3 (warm-up) rounds are left out.
+sub print_server_time {
+    my ($path) = @_;
+    open(my $fh, '<', $path) or die "cannot read the trace $path: $!\n";
+    my (@rounds, $kind);
+    while (my $line = <$fh>) {
+        if ($line =~ /^\S+ --> \[\w[\w-]*\] (\[?)\{.*?"method":"([^"]+)"/) {
+            $kind = ($1 ? 'batches of ' : '') . $2;
+            $kind =~ s/scheduler\.add_(node|service|resource)\b/scheduler.add_*/;
+            push @rounds, {} if $kind eq 'scheduler.new';
+        } elsif ($line =~ /^\S+ <-- ([\d.]+) ms/ && defined $kind && @rounds) {
+            $rounds[-1]{$kind} += $1;
+            $rounds[-1]{total} += $1;
+        }
+    }
+    splice(@rounds, 0, 3);
+    my %kinds = map { %$_ } @rounds;
+    printf "    server time per round (p50, from its trace):\n";
+    for my $k (sort { $a eq 'total' ? 1 : $b eq 'total' ? -1 : $a cmp $b } keys %kinds) {
+        printf "        %-62s %7.1f ms\n", $k, percentile(0.5, map { $_->{$k} // 0 } @rounds);
     }
 }

@@ -23,7 +23,6 @@ import argparse
 import dataclasses
 import logging
 import math
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -133,6 +132,8 @@ def _read_params(text: str | None) -> Any:
 
 
 def _one_request(request: bytes, trace: str | None) -> dict | None:
+    import subprocess  # here, not at the top: `serve` never needs it and starts faster without
+
     command = [sys.executable, "-m", "bridge", "serve"] + (["--trace", trace] if trace else [])
     done = subprocess.run(command, input=request + b"\n", stdout=subprocess.PIPE, check=False)
     lines = [line for line in done.stdout.splitlines() if line.strip()]

@@ -28,8 +28,8 @@ from . import models as m
 
 #: The annotation pydantic keeps for a field declared as :data:`bridge.models.Candidates`.
 _CANDIDATES_UNION = typing.get_args(m.Candidates)[0]
-_CANDIDATE = itemgetter("sid", "source-node", "target-node", "stats")
-_STATS = itemgetter("cpu", "maxcpu", "mem", "maxmem")
+_CANDIDATE_KEYS = ("sid", "source-node", "target-node", "stats")
+_STATS_KEYS = ("cpu", "maxcpu", "mem", "maxmem")
 
 
 @functools.cache
@@ -49,10 +49,10 @@ def expanded_columns(candidates: Any) -> CandidateColumns | None:
     if set(map(type, candidates)) != {dict}:
         return None
     try:
-        sids, sources, targets, stats = zip(*map(_CANDIDATE, candidates))
+        sids, sources, targets, stats = _columns(candidates, _CANDIDATE_KEYS)
         if set(map(type, stats)) != {dict}:
             return None
-        cpu, maxcpu, mem, maxmem = zip(*map(_STATS, stats))
+        cpu, maxcpu, mem, maxmem = _columns(stats, _STATS_KEYS)
     except KeyError:
         return None
     if not (_names(sids) and _names(sources) and _names(targets)):
@@ -63,7 +63,12 @@ def expanded_columns(candidates: Any) -> CandidateColumns | None:
     return CandidateColumns(sids, sources, targets, cpu_column, mem_column)
 
 
-def _names(column: tuple) -> bool:
+def _columns(records: list[dict], keys: tuple[str, ...]) -> list[list]:
+    """One list per key of the values in ``records`` (KeyError if one lacks a key)."""
+    return [list(map(itemgetter(key), records)) for key in keys]
+
+
+def _names(column: list) -> bool:
     """All non-empty strings (:data:`bridge.models.Name`); checked once per distinct value."""
     try:
         distinct = set(column)
@@ -72,7 +77,7 @@ def _names(column: tuple) -> bool:
     return all(type(name) is str and name for name in distinct)
 
 
-def _cores(column: tuple) -> np.ndarray | None:
+def _cores(column: list) -> np.ndarray | None:
     """As :data:`bridge.models.Cores` (strict float: ints too, no bools): finite, in [0, MAX_CORES]."""
     if not set(map(type, column)) <= {float, int}:
         return None
@@ -85,14 +90,14 @@ def _cores(column: tuple) -> np.ndarray | None:
     return values + 0.0
 
 
-def _bytes(column: tuple) -> np.ndarray | None:
+def _bytes(column: list) -> np.ndarray | None:
     """As :data:`bridge.models.Bytes` (strict int, integral floats as the int they hold, no bools):
     in [0, MAX_BYTES]."""
     types = set(map(type, column))
     if not types <= {int, float}:
         return None
     if float in types:
-        column = tuple(int(v) if type(v) is float and v.is_integer() else v for v in column)
+        column = [int(v) if type(v) is float and v.is_integer() else v for v in column]
         if float in set(map(type, column)):  # a fraction, an infinity
             return None
     try:

@@ -441,6 +441,9 @@ class StartResourceParams(SchedulerParams):
 class Result(BaseModel):
     """A result shape (results are built as plain JSON values; these models give their schema)."""
 
+    # Only rpc.discover needs them built; building at import would delay every server's start.
+    model_config = ConfigDict(defer_build=True)
+
 
 class Migration(Result):
     """Move ``sid`` from ``source-node`` to ``target-node``."""

@@ -35,6 +35,9 @@ from .transport import Frame, FrameReader, FrameWriter
 
 log = logging.getLogger("crs-bridge")
 
+#: A request at least this big (bytes) is answered at once, before its objects are freed.
+_SEND_BEFORE_FREEING = 1 << 20
+
 
 class Terminated(BaseException):
     """Raised by the SIGTERM/SIGINT handler to leave the loop (a BaseException so that no
@@ -152,16 +155,21 @@ def _answer(frame: Frame, protocol: Protocol, writer: FrameWriter, tracer: Trace
     # collecting while they are built costs more than the work itself, so collect afterwards.
     gc.disable()
     try:
-        answer = protocol.oversize(frame.size) if frame.body is None else protocol.handle(frame.body)
-        phases.mark("encode")
-    except Exception as exc:  # a bug outside any method (methods' own are answered by the protocol)
-        log.error("internal error handling a message (a bug in crs-bridge)", exc_info=exc)
-        reply = error_response(INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {shorten(exc, 500)}")
-        answer = protocol.encode(reply)
+        try:
+            answer = protocol.oversize(frame.size) if frame.body is None else protocol.handle(frame.body)
+            phases.mark("encode")
+        except Exception as exc:  # a bug outside any method (methods' own are answered by the protocol)
+            log.error("internal error handling a message (a bug in crs-bridge)", exc_info=exc)
+            reply = error_response(INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {shorten(exc, 500)}")
+            answer = protocol.encode(reply)
+        if answer is not None:
+            writer.write(frame.framing, answer)
+            if frame.size >= _SEND_BEFORE_FREEING:
+                writer.flush()  # the answer leaves before the request's objects are freed
     finally:
+        # Freed only now, and before collections resume: a collection would walk them all.
+        protocol.release()
         gc.enable()
-    if answer is not None:
-        writer.write(frame.framing, answer)
     if tracer is not None:
         tracer.record(frame, answer, time.perf_counter() - started, phases.take())
 

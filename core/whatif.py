@@ -42,18 +42,21 @@ class WhatIf:
 
 def what_if(batch: CandidateBatch) -> WhatIf:
     """Source and target loads after each candidate's migration (fractions)."""
+    # In place where possible: every fresh candidate-sized array costs page faults.
     view, src, tgt = batch.view, batch.src, batch.tgt
-    cpu_src = np.maximum(view.cpu[src] - batch.cpu, 0.0)
-    mem_src = np.maximum(view.mem[src] - batch.mem, 0)
-    cpu_tgt = view.cpu[tgt] + batch.cpu
-    mem_tgt = view.mem[tgt] + batch.mem
-    return WhatIf(
-        batch,
-        cpu_src / view.maxcpu[src],
-        cpu_tgt / view.maxcpu[tgt],
-        mem_src.astype(np.float64) / view.maxmem[src],
-        mem_tgt.astype(np.float64) / view.maxmem[tgt],
-    )
+    cpu_src = view.cpu[src]
+    cpu_src -= batch.cpu
+    np.maximum(cpu_src, 0.0, out=cpu_src)
+    cpu_src /= view.maxcpu[src]
+    cpu_tgt = view.cpu[tgt]
+    cpu_tgt += batch.cpu
+    cpu_tgt /= view.maxcpu[tgt]
+    mem_src = view.mem[src]
+    mem_src -= batch.mem
+    np.maximum(mem_src, 0, out=mem_src)
+    mem_tgt = view.mem[tgt]
+    mem_tgt += batch.mem
+    return WhatIf(batch, cpu_src, cpu_tgt, mem_src / view.maxmem[src], mem_tgt / view.maxmem[tgt])
 
 
 Term = Callable[[int], "float | np.ndarray"]

@@ -314,15 +314,20 @@ def test_migration_scoring_matches_reference(scn):
     assert scored_bits(s.score_best_balancing_migration_candidates_topsis(expanded, scn.limit)) == scored_bits(topsis)
 
 
-@given(scenarios(many=True))
-def test_many_candidates_match_reference(scn):
+#: Candidates bounded per block by the engine: small ones make several blocks out of a few hundred.
+BLOCKS = st.sampled_from([7, 64, core.scheduler._BOUND_BLOCK])
+
+
+@given(scenarios(many=True), BLOCKS)
+def test_many_candidates_match_reference(scn, block):
     """More than 64 candidates: bruteforce takes the bounded path (scheduler._contenders)."""
     s, usage, view = both(scn)
     candidates = ref.expand(usage, scn.bundles)
     assert len(candidates) > 64
     label(view, candidates, scn.formula)
     event("bounded path" if 0 < 2 * scn.limit < len(candidates) else "exact path")
-    brute = s.score_best_balancing_migration_candidates(scn.bundles, scn.limit)
+    with mock.patch.object(core.scheduler, "_BOUND_BLOCK", block):
+        brute = s.score_best_balancing_migration_candidates(scn.bundles, scn.limit)
     assert scored_bits(brute) == scored_bits(ref.bruteforce(view, candidates, scn.limit, scn.formula))
     topsis = s.score_best_balancing_migration_candidates_topsis(scn.bundles, scn.limit)
     assert scored_bits(topsis) == scored_bits(ref.topsis(view, candidates, scn.limit, scn.formula))
@@ -347,13 +352,14 @@ def thresholds(draw, values: list[float]) -> float | None:
     return draw(st.one_of(choices))
 
 
-@given(st.one_of(scenarios(), scenarios(many=True)), st.data())
-def test_select_matches_reference(scn, data):
+@given(st.one_of(scenarios(), scenarios(many=True)), BLOCKS, st.data())
+def test_select_matches_reference(scn, block, data):
     s, usage, view = both(scn)
     candidates = ref.expand(usage, scn.bundles)
     values = [ref.migration_imbalance(view, c, scn.formula) for c in candidates]
     threshold = data.draw(thresholds(values), label="threshold")
-    chosen = s.select_best_balancing_migration(scn.bundles, threshold)
+    with mock.patch.object(core.scheduler, "_BOUND_BLOCK", block):
+        chosen = s.select_best_balancing_migration(scn.bundles, threshold)
     expected = ref.select_best(view, candidates, scn.formula, threshold)
     assert (chosen is None) == (expected is None)
     if chosen is not None:

@@ -91,4 +91,31 @@ subtest 'a value the server refuses is reported by the server, at the call' => s
     is_deeply(server_call($fresh, 'list_nodes'), ['a'], 'not on the server either');
 };
 
+subtest 'a buffered mutation the server refuses after all (a safety net)' => sub {
+    my $broken = PVE::RS::ResourceScheduling::Static->new();
+    my $fine = PVE::RS::ResourceScheduling::Static->new();
+    $fine->add_node('a', 4, GiB);
+    $broken->add_node('a', 4, GiB);
+    # Bypass the client's checks: something the server will refuse.
+    CRSBridge::Connection->instance->mutate($broken->{_crs}, 'add_node', '"nodename":"b","maxcpu":0,"maxmem":1');
+    my $error = error_of { $broken->calculate_node_imbalance };
+    like($error, qr/^crs-bridge: the server refused a buffered add_node of this scheduler object \(Invalid params: maxcpu: .*\); the object is unusable, create a new one\n\z/,
+        'the next query says what happened');
+    is(error_of { $broken->list_nodes }, $error, 'the object stays unusable');
+    is(error_of { $fine->calculate_node_imbalance }, '', 'other objects are not affected');
+};
+
+# Last: every live object is restored on the small-limit server and may be refused too.
+subtest 'a whole batch refused (over the size limit)' => sub {
+    my @server = @{ CRSBridge::Process::command() };
+    local $ENV{CRS_BRIDGE_COMMAND} = join(' ', @server, '--max-message-bytes', 4000);
+    kill('KILL', server_pid());
+    my $big = PVE::RS::ResourceScheduling::Static->new();
+    $big->add_node("node$_", 4, GiB) for 1 .. 100;
+    like(error_of { $big->calculate_node_imbalance }, qr/^crs-bridge: the server refused a buffered batch .*exceeds the limit/,
+        'the objects in it become unusable, with the reason');
+    undef $big;
+    kill('KILL', server_pid());
+};
+
 done_testing();

@@ -33,10 +33,8 @@ if (!$child) {
     close($reader);
     # The child: its own server, the inherited objects restored there (with the buffered add).
     my @report;
-    push @report, 'own-server' if (server_pid() // 0) != $parent_server || do {
-        $usage->calculate_node_imbalance;
-        server_pid() != $parent_server;
-    };
+    $usage->calculate_node_imbalance;
+    push @report, 'own-server' if (server_pid() // $parent_server) != $parent_server;
     my $copy = PVE::RS::ResourceScheduling::Static->new();
     $copy->add_node($_, 16, 64 * GiB) for qw(a b c);
     $copy->add_service('vm:1', service('a', 8));

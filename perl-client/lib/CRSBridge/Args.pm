@@ -1,22 +1,23 @@
 package CRSBridge::Args;
 
 # Argument decoding as upstream's binding does it (perlmod + serde, binding.md section 6.2),
-# with upstream's error texts, followed by crs-bridge's own value checks (product decision 4:
-# refuse what upstream would turn into NaN or garbage). Every function takes the caller's
-# scalar as $_[0] (an alias), because perlmod decides by the scalar's internal body type:
-# a string "4" is refused where a number is expected, but a string that Perl has already used
-# as a number is accepted.
+# with upstream's error texts, and crs-bridge's own bounds on the decoded values (product
+# decision 4: refuse what upstream would turn into NaN or garbage). Every decoder takes the
+# caller's scalar as $_[0] (an alias), because perlmod decides by the scalar's internal body
+# type: a string "4" is refused where a number is expected, but a string that Perl has already
+# used as a number is accepted.
 
 use strict;
 use warnings;
 
 use B ();
 use Exporter 'import';
+use Scalar::Util ();
 
 our @EXPORT_OK = qw(
     check_arity check_invocant
     arg_usize arg_f64 arg_string arg_opt_string arg_bool arg_struct arg_string_list missing_field
-    out_of_bounds_cores out_of_bounds_bytes check_finite
+    out_of_bounds_cores out_of_bounds_bytes check_finite plain_number
     MAX_BYTES MAX_CORES
 );
 
@@ -27,11 +28,14 @@ use constant IV_MAX => 9223372036854775807;
 
 BEGIN {
     warnings->unimport('experimental::builtin') if $] >= 5.036;
-    # builtin::created_as_number (perl >= 5.36) is a fast answer for the common case: a
-    # scalar that holds a number and no string has an integer or double body.
-    *_plain_number = defined &builtin::created_as_number
-        ? \&builtin::created_as_number
-        : sub { 0 };
+    # Whether a scalar holds a number and no string (then it has an integer or double body):
+    # builtin::created_as_number on perl >= 5.36, the same test on the flags before.
+    *plain_number = defined &builtin::created_as_number ? \&builtin::created_as_number : sub {
+        return 0 if !defined $_[0] || ref $_[0];
+        my $flags = B::svref_2object(\$_[0])->FLAGS;
+        return ($flags & (B::SVf_IOK | B::SVf_NOK)) && !($flags & B::SVf_POK) ? 1 : 0;
+    };
+    *_plain_number = \&plain_number;
 }
 
 =head1 NAME
@@ -41,8 +45,8 @@ CRSBridge::Args - decode binding arguments as libpve-rs-perl does, with its erro
 =head1 DESCRIPTION
 
 All errors are thrown as strings ending in a newline. Decoding errors carry perlmod's
-C<error: > prefix (C<error: invalid type: string "abc", expected usize>); arity errors and
-crs-bridge's own value checks have none.
+C<error: > prefix (C<error: invalid type: string "abc", expected usize>); arity errors have
+none; the one value error worded here (a non-finite number) uses the server's wording.
 
 =head2 check_arity($function, \@args, @param_names)
 
@@ -175,7 +179,7 @@ sub arg_string {
 
 =head2 arg_opt_string($value)
 
-An C<Option<String>>: undef gives undef, anything else as L</arg_string>.
+An C<Option<String>>: undef gives undef, anything else as C<arg_string>.
 
 =cut
 
@@ -204,7 +208,7 @@ sub arg_bool {
 Checks that C<$value> can be decoded as the named serde struct and returns a hash reference
 of its fields: the caller's hash itself (so the values keep their identity), or, for an array
 reference, its elements by position (serde accepts both). Unknown keys are ignored. The caller
-then decodes the fields in declaration order and calls L</missing_field> for absent required
+then decodes the fields in declaration order and calls C<missing_field> for absent required
 ones. C<$required> is the number of leading fields that are not optional.
 
 =cut
@@ -286,7 +290,5 @@ sub check_finite {
         if $value != $value || $value * 0 != 0;
     return $value;
 }
-
-use Scalar::Util ();
 
 1;

@@ -40,7 +40,7 @@ so; the next call starts a new server and restores every object.
 =item CRS_BRIDGE_START_TIMEOUT
 
 Seconds allowed for the first answer of a freshly started server, which includes Python's
-start-up (default 20).
+start-up (default 8, still under the HA manager's 10 second round).
 
 =back
 
@@ -228,7 +228,7 @@ sub _seconds {
 
 # (seconds per call, seconds for the first answer of a new server)
 sub _limits {
-    return (_seconds('CRS_BRIDGE_TIMEOUT', 5), _seconds('CRS_BRIDGE_START_TIMEOUT', 20));
+    return (_seconds('CRS_BRIDGE_TIMEOUT', 5), _seconds('CRS_BRIDGE_START_TIMEOUT', 8));
 }
 
 sub _deadline {
@@ -290,7 +290,7 @@ sub _flush {
     $self->{pending} = 0;
     return if !$self->{proc};
     my $srv = $self->{srv};
-    my (@parts, @owners);
+    my (@parts, @ranges);    # ranges: [first id, state (undef: frees), first journal index]
     my $id = $self->{next_id};
     for my $st (@{ $self->{dirty} }) {
         next if $st->{dead} || $st->{poison} || $st->{srv} ne $srv;
@@ -298,17 +298,17 @@ sub _flush {
         next if $from >= @$jm;
         my $head = '{"jsonrpc":"2.0","method":"scheduler.';
         my $handle = ',"params":{"scheduler":' . json_str($st->{handle}) . ',';
+        push @ranges, [ $id, $st, $from ];
         for my $i ($from .. $#$jm) {
             push @parts, $head . $jm->[$i] . '","id":' . $id++ . $handle . $jf->[$i] . '}}';
-            push @owners, [ $st, $i ];
         }
         $st->{sent} = @$jm;
     }
     $self->{dirty} = [];
+    push @ranges, [ $id, undef, 0 ];
     for my $handle (@{ $self->{frees} }) {
         push @parts, '{"jsonrpc":"2.0","method":"scheduler.free","id":' . $id++
             . ',"params":{"scheduler":' . json_str($handle) . '}}';
-        push @owners, undef;
     }
     $self->{frees} = [];
     my $first = $self->{next_id};
@@ -317,23 +317,20 @@ sub _flush {
         my $last = $at + CHUNK - 1 < $#parts ? $at + CHUNK - 1 : $#parts;
         my $line = '[' . join(',', @parts[$at .. $last]) . "]\n";
         utf8::encode($line);
-        push @{ $self->{batches} }, { first => $first + $at, owners => [ @owners[$at .. $last] ] };
+        push @{ $self->{batches} }, { first => $first + $at, last => $first + $last, ranges => \@ranges };
         $self->{proc}->queue($line);
     }
     return;
 }
 
-# A flush from mutate: a dead server must not fail the mutation (the next call restores).
+# A flush from mutate: a dead server must not fail the mutation (the next call notices it,
+# starts a new server and restores everything).
 sub _flush_quietly {
     my ($self) = @_;
-    return if !eval { $self->_flush; 1 } && !_server_error($@);
-    return;
-}
-
-sub _server_error {
-    my ($error) = @_;
+    eval { $self->_flush; 1 } and return;
+    my $error = $@;
     die $error if !(ref $error && $error->isa('CRSBridge::Process::Error'));
-    return 1;
+    return;
 }
 
 # Read answers until the one for request $id; batch answers on the way are checked.
@@ -352,7 +349,7 @@ sub _await {
         if (!defined $answer->{id} && $answer->{error} && @{ $self->{batches} }) {
             # A batch refused as a whole (e.g. over the server's size limit).
             my $batch = shift @{ $self->{batches} };
-            _poison($_->[0], $answer->{error}{message}, 'batch') for grep { $_ } @{ $batch->{owners} };
+            _poison($_, $answer->{error}{message}, 'batch') for _owners($batch);
             next;
         }
         die "crs-bridge: unexpected answer from the server: " . substr($line, 0, 200) . "\n";
@@ -366,11 +363,32 @@ sub _batch_answered {
     my $answers = decode_json_text($line);
     for my $answer (@$answers) {
         next if !$answer->{error} || !$batch;
-        my $owner = $batch->{owners}[ ($answer->{id} // -1) - $batch->{first} ] or next;
-        my ($st, $index) = @$owner;
+        my ($st, $index) = _owner($batch, $answer->{id} // -1) or next;
         _poison($st, $answer->{error}{message}, $st->{jm}[$index]);
     }
     return;
+}
+
+# The state and journal index request $id of a batch was sent for (empty for a free).
+sub _owner {
+    my ($batch, $id) = @_;
+    return if $id < $batch->{first} || $id > $batch->{last};
+    my ($range) = grep { $_->[0] <= $id } reverse @{ $batch->{ranges} };
+    return if !$range || !$range->[1];
+    return ($range->[1], $range->[2] + $id - $range->[0]);
+}
+
+# The states with requests in a batch.
+sub _owners {
+    my ($batch) = @_;
+    my @ranges = @{ $batch->{ranges} };
+    my @states;
+    for my $i (0 .. $#ranges) {
+        my ($start, $st) = @{ $ranges[$i] };
+        my $end = $i < $#ranges ? $ranges[ $i + 1 ][0] - 1 : $batch->{last};
+        push @states, $st if $st && $start <= $batch->{last} && $end >= $batch->{first};
+    }
+    return @states;
 }
 
 sub _poison {

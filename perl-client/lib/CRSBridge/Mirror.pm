@@ -115,7 +115,7 @@ sub _check_placement {
 
 =item add_resource($sid, $current, $target)
 
-Checks (L</check_resource>) and records the placement (C<$target> undef: stationary).
+Checks (C<check_resource>) and records the placement (C<$target> undef: stationary).
 
 =cut
 

@@ -14,7 +14,7 @@ use Exporter 'import';
 use Scalar::Util ();
 use CRSBridge::Args qw(
     arg_usize arg_f64 arg_string arg_opt_string arg_bool arg_struct arg_string_list missing_field
-    out_of_bounds_cores out_of_bounds_bytes check_finite MAX_BYTES MAX_CORES
+    out_of_bounds_cores out_of_bounds_bytes check_finite plain_number MAX_BYTES MAX_CORES
 );
 use CRSBridge::Codec qw(json_str json_num json_int json_str_list);
 
@@ -24,8 +24,8 @@ our @EXPORT_OK = qw(
 
 BEGIN {
     warnings->unimport('experimental::builtin') if $] >= 5.036;
-    *_number = defined &builtin::created_as_number ? \&builtin::created_as_number : sub { 0 };
-    *_bool = defined &builtin::is_bool ? \&builtin::is_bool : sub { 0 };
+    *_number = \&plain_number;
+    *_bool = defined &builtin::is_bool ? \&builtin::is_bool : sub { 0 };    # else: the exact path
 }
 
 =head1 NAME
@@ -37,7 +37,7 @@ CRSBridge::Records - decode and render the binding's input records
 Each takes the caller's value as C<$_[0]>, dies with upstream's decoding error (or, for
 infinite and NaN numbers, which JSON cannot carry, with the server's wording), and returns
 the JSON text plus a flag that is true when the server will refuse a value (crs-bridge's
-bounds, L<CRSBridge::Args/out_of_bounds_cores>): the caller then lets the server say why.
+bounds, C<out_of_bounds_cores> in L<CRSBridge::Args>): the caller then lets the server say why.
 
 =over
 
@@ -98,24 +98,34 @@ sub _resource_json {
 }
 
 # The common shape, all values plain numbers and strings within bounds; () for anything else.
+# Written out inline: it runs once per guest and HA round.
 sub _resource_fast {
     my ($r, $mode) = @_;
     return if ref $r ne 'HASH';
     my ($s, $running, $current, $target) = @$r{ 'stats', 'running', 'current-node', 'target-node' };
     return if ref $s ne 'HASH' || !defined $running || !(_number($running) || _bool($running));
-    return if !_name($current) || (defined $target && !_name($target));
+    return if !defined $current || ref $current || _number($current) || $current eq '' || $current =~ /["\\\x00-\x1f]/;
+    my $target_json = 'null';
+    if (defined $target) {
+        return if ref $target || _number($target) || $target eq '' || $target =~ /["\\\x00-\x1f]/;
+        $target_json = qq("$target");
+    }
     my $stats;
     if ($mode eq 'static') {
         my ($maxcpu, $maxmem) = @$s{qw(maxcpu maxmem)};
-        return if !_cores($maxcpu) || !_bytes($maxmem);
-        $stats = '{"maxcpu":' . json_num($maxcpu) . ',"maxmem":' . int($maxmem) . '}';
+        return if !defined $maxcpu || !_number($maxcpu) || !($maxcpu >= 0 && $maxcpu <= MAX_CORES);
+        return if !defined $maxmem || !_number($maxmem) || !($maxmem >= 0 && $maxmem <= MAX_BYTES);
+        my $cores = "$maxcpu";
+        $cores = json_num($maxcpu) if $cores != $maxcpu;
+        $stats = qq({"maxcpu":$cores,"maxmem":) . int($maxmem) . '}';
     } else {
         my ($cpu, $maxcpu, $mem, $maxmem) = @$s{qw(cpu maxcpu mem maxmem)};
         return if !_cores($cpu) || !_cores($maxcpu) || !_bytes($mem) || !_bytes($maxmem);
         $stats = '{"cpu":' . json_num($cpu) . ',"maxcpu":' . json_num($maxcpu)
             . ',"mem":' . int($mem) . ',"maxmem":' . int($maxmem) . '}';
     }
-    return (_resource_json($stats, $running, $current, $target), 0, "$current", defined $target ? "$target" : undef);
+    return (qq({"stats":$stats,"running":) . ($running ? 'true' : 'false')
+        . qq(,"current-node":"$current","target-node":$target_json}), 0, "$current", defined $target ? "$target" : undef);
 }
 
 sub _name { return defined $_[0] && !ref $_[0] && !_number($_[0]) && $_[0] ne '' }
