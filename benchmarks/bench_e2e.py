@@ -3,10 +3,18 @@ response bytes out.
 
 Prints, per (nodes, candidates) size, method and candidate form (``expanded`` = a list of
 Candidate, ``compact`` = a list of CompactCandidate bundles), for ``score_best_balancing_migrations``
-with limit 10 on a whole Dynamic snapshot (nodes and resources in ``usage``):
+with limit 10 on a whole Dynamic snapshot. The cluster: N nodes of random capacity and usage;
+bundles of 1-3 resources on one node with up to 50 allowed targets each (C/50 bundles, some
+C/25 resources, all of them in ``usage``); an expanded candidate is some 160 bytes of JSON (full
+precision cpu floats, byte counts as integers), a compact request a tenth of the expanded one.
+
 
 * ``e2e ms``: median over ``--runs`` of writing the request's bytes to the server's stdin until
-  its answer's last byte is read (the request is encoded before the clock starts);
+  its answer's last byte is read (the request is encoded before the clock starts; each is sent
+  after ``--gap`` seconds of quiet, as HA rounds come every 10 s);
+* ``cpu ms``: the server's CPU time per request (user + system, averaged over the runs, freeing
+  the request's memory after the answer included): less sensitive than ``e2e ms`` to other load
+  on the machine, but counted in 10 ms ticks;
 * ``engine ms``: the same scoring in-process on core objects (median; ``Scheduler``
   ``score_best_balancing_migration_candidates[_topsis]``, batch building included);
 * the server-side breakdown (decode, validate, snapshot, candidates, score, encode) from a
@@ -17,7 +25,8 @@ with limit 10 on a whole Dynamic snapshot (nodes and resources in ``usage``):
   form only).
 
 Then: start-up (process start until the first answer: ``bridge.info``, and a small
-``score_best_balancing_migrations``), pipelined small calls per second (a thread writes
+``score_best_balancing_migrations``; and the CPU time of a server that starts, answers that and
+exits), pipelined small calls per second (a thread writes
 ``--calls`` ``scheduler.contains_node`` requests while the main thread reads the answers) and
 idle RSS. Compact and expanded answers are compared (they describe the same migrations).
 
@@ -204,6 +213,12 @@ class Server:
                     return int(line.split()[1])
         raise KeyError(key)
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) the server has used so far, from /proc/<pid>/stat (10 ms ticks)."""
+        with open(f"/proc/{self.process.pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def close(self) -> float:
         """Close stdin, wait for the exit; return the process's CPU seconds (user + system)."""
         self.process.stdin.close()
@@ -244,10 +259,12 @@ def bench_size(nodes: int, count: int, args: argparse.Namespace) -> list[list[st
         requests = {method: score_request(cluster, form, method) for method in METHODS}
         core_candidates = cluster.core_candidates(form)
         with Server() as server:
-            e2e = {}
+            e2e, cpu = {}, {}
             for method, request in requests.items():
                 _, answers[form, method] = server.roundtrip(request)  # warm-up, and the answer to compare
-                e2e[method] = median_ms([server.roundtrip(request)[0] for _ in range(args.runs)])
+                used = server.cpu_seconds()
+                e2e[method] = median_ms([idle_roundtrip(server, request, args.gap) for _ in range(args.runs)])
+                cpu[method] = (server.cpu_seconds() - used) * 1000.0 / args.runs
             peak_mib = server.status_kib("VmHWM") / 1024.0
         phases = traced_phases(requests) if args.breakdown else {}
         for method in METHODS:
@@ -256,7 +273,7 @@ def bench_size(nodes: int, count: int, args: argparse.Namespace) -> list[list[st
                 if method == "bruteforce"
                 else scheduler.score_best_balancing_migration_candidates_topsis
             )
-            engine = timed_median(lambda scorer=scorer: scorer(core_candidates, LIMIT), args.runs)
+            engine = timed_median(lambda scorer=scorer, given=core_candidates: scorer(given, LIMIT), args.runs)
             rust = RUST_MS.get((method, nodes, count))
             rows.append(
                 [
@@ -266,6 +283,7 @@ def bench_size(nodes: int, count: int, args: argparse.Namespace) -> list[list[st
                     str(count),
                     f"{len(requests[method]) / 1e6:.1f}",
                     f"{e2e[method]:.1f}",
+                    f"{cpu[method]:.0f}",
                     f"{engine:.1f}",
                     *(phases.get(method, {}).get(p, "-") for p in PHASES),
                     "-" if rust is None else f"{rust:.0f}",
@@ -278,6 +296,13 @@ def bench_size(nodes: int, count: int, args: argparse.Namespace) -> list[list[st
         if not same:
             print(f"!! {nodes}x{count} {method}: compact and expanded answers DIFFER", file=sys.stderr)
     return rows
+
+
+def idle_roundtrip(server: Server, request: bytes, gap: float) -> float:
+    """Seconds of one roundtrip sent after ``gap`` seconds of quiet: as between two HA rounds,
+    the server has finished with the previous request (freed its memory) when the next comes."""
+    time.sleep(gap)
+    return server.roundtrip(request)[0]
 
 
 def _results(answer: bytes) -> object:
@@ -294,10 +319,10 @@ def traced_phases(requests: dict[str, bytes]) -> dict[str, dict[str, str]]:
         with Server(["--trace", trace.name]) as server:
             for request in requests.values():
                 server.roundtrip(request)
-                server.roundtrip(request)
+                idle_roundtrip(server, request, 0.3)
         lines = [line for line in trace.read().splitlines() if "<--" in line]
     found = {}
-    for method, line in zip(requests, lines[1::2]):
+    for method, line in zip(requests, lines[1::2]):  # the second (warm) request of each method
         match = _PHASES_IN_TRACE.search(line)
         if match:
             pairs = (item.split() for item in match.group(1).split(","))
@@ -372,6 +397,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="timed runs per measurement (median taken)")
     parser.add_argument("--sizes", default=",".join(f"{n}x{c}" for n, c in SIZES), help="e.g. 64x10000,256x100000")
     parser.add_argument("--calls", type=int, default=50_000, help="pipelined small calls")
+    parser.add_argument("--gap", type=float, default=0.3, help="seconds of quiet before each timed request")
     parser.add_argument("--no-breakdown", dest="breakdown", action="store_false", help="skip the --trace runs")
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--tree", type=Path, default=ROOT, help="take bridge/ and core/ from this directory")
@@ -382,23 +408,27 @@ def main() -> None:
         SERVER_ENV["PYTHONPATH"] = tree
     print(
         f"crs-bridge end-to-end benchmark: Python {platform.python_version()}, {os.cpu_count()} CPUs, "
-        f"load {os.getloadavg()[0]:.2f}; {' '.join(SERVER)} (code from {tree}); median of {args.runs} runs, limit {LIMIT}"
+        f"load {os.getloadavg()[0]:.2f}; {' '.join(SERVER)} (code from {tree}); "
+        f"median of {args.runs} runs, limit {LIMIT}"
     )
     rows = []
     for size in args.sizes.split(","):
         nodes, count = (int(x) for x in size.split("x"))
         rows.extend(bench_size(nodes, count, args))
-    header = ["method", "form", "nodes", "cands", "req MB", "e2e ms", "engine ms", *PHASES]
+    header = ["method", "form", "nodes", "cands", "req MB", "e2e ms", "cpu ms", "engine ms", *PHASES]
     print_table([*header, "rust ms", "< rust", "peak MiB"], rows)
     print("phases: server-side ms from a --trace run (decode = JSON parse, validate = params check,")
     print("snapshot = scheduler from usage, candidates = candidate batch, score = scoring, encode = answer)")
     info_ms, score_ms, cpu_ms, idle_kib = startup_ms(max(args.runs, 7))
     print(
-        f"start-up to first answer: bridge.info {info_ms:.0f} ms, small score_best_balancing_migrations {score_ms:.0f} ms"
-        f" (CPU time of start, that answer and exit: {cpu_ms:.0f} ms)"
+        f"start-up to first answer: bridge.info {info_ms:.0f} ms, "
+        f"small score_best_balancing_migrations {score_ms:.0f} ms "
+        f"(CPU time of start, that answer and exit: {cpu_ms:.0f} ms)"
     )
     print(f"idle RSS after start-up: {idle_kib / 1024:.0f} MiB")
-    print(f"pipelined scheduler.contains_node: {pipelined_calls_per_second(args.calls):,.0f} calls/s ({args.calls} calls)")
+    print(
+        f"pipelined scheduler.contains_node: {pipelined_calls_per_second(args.calls):,.0f} calls/s ({args.calls} calls)"
+    )
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from pathlib import Path
 
 import orjson
@@ -166,6 +166,8 @@ class Soak:
         self.failures: list[str] = []
         self.stop_sending = False
         self.last_info: dict = {}
+        self.start_rss = 0
+        self.counts: Counter[str] = Counter()  # calls by method, and "errors expected"
 
     def run(self) -> int:
         reader = threading.Thread(target=self.read, daemon=True)
@@ -176,6 +178,8 @@ class Soak:
         batch: list[bytes] = []
         for ident in range(1, self.args.calls + 1):
             method, params, expected = next(traffic)
+            self.counts[method] += 1
+            self.counts["errors expected"] += expected != OK
             self.slots.acquire()
             with self.lock:
                 self.expected.append((ident, method, expected))
@@ -200,6 +204,8 @@ class Soak:
         # Finish the session in progress (free its handle) before the final check.
         for method, params, expected in self.rest_of_session(traffic):
             total += 1
+            self.counts[method] += 1
+            self.counts["errors expected"] += expected != OK
             self.slots.acquire()
             with self.lock:
                 self.expected.append((total, method, expected))
@@ -216,8 +222,14 @@ class Soak:
         status = self.process.wait(60)
         live = self.last_info.get("schedulers")
         print(f"calls: {total} in {elapsed:.1f} s ({total / elapsed:.0f} calls/s), answers {self.answered}")
-        print(f"server RSS after the first {self.args.progress} calls: {warm_rss / 2**20:.1f} MiB; at the end: "
-              f"{end_rss / 2**20:.1f} MiB ({(end_rss - warm_rss) / 2**20:+.1f} MiB)")  # fmt: skip
+        counts = self.counts
+        print(f"of which scheduler.new {counts['scheduler.new']}, scheduler.free {counts['scheduler.free']}, "
+              f"snapshot scoring {counts['score_best_balancing_migrations']}, errors expected "
+              f"{counts['errors expected']}")  # fmt: skip
+        print(f"server RSS after the first call {self.start_rss / 2**20:.1f} MiB; "
+              f"after the first {self.args.progress} calls {warm_rss / 2**20:.1f} MiB; "
+              f"at the end {end_rss / 2**20:.1f} MiB "
+              f"({(end_rss - warm_rss) / 2**20:+.1f} MiB since warm-up)")  # fmt: skip
         print(f"live scheduler handles at the end (bridge.info): {live}; server exit status {status}")
         for failure in self.failures[:10]:
             print("FAILURE:", failure)
@@ -247,6 +259,8 @@ class Soak:
                 ident, method, expected = self.expected.popleft()
             self.slots.release()
             self.answered += 1
+            if self.answered == 1:  # the server is up and has served: its start-up RSS
+                self.start_rss = rss_bytes(self.process.pid)
             self.check(answer, ident, method, expected)
 
     def check(self, answer: dict, ident: int, method: str, expected: object) -> None:

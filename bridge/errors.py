@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from .models import UNION_TAGS
+from .models import MUTATION_ARGS, UNION_TAGS
 
 #: Names echoed in error messages (fields, methods, handles) are cut to this many characters.
 MAX_ECHOED_NAME = 100
@@ -25,11 +25,22 @@ def shorten(name: object, limit: int = MAX_ECHOED_NAME) -> str:
 
 
 def format_loc(loc: tuple) -> str:
-    """Render a pydantic error location as a path: ``usage.nodes[0].maxcpu`` (``params`` if empty)."""
+    """Render a pydantic error location as a path: ``usage.nodes[0].maxcpu`` (``params`` if empty).
+
+    Within a ``scheduler.apply`` entry the argument's name replaces its position:
+    ``mutations[3].service.stats.maxcpu``, not ``mutations[3].static add_service[2].stats.maxcpu``.
+    """
     path = ""
+    args: tuple[str, ...] = ()  # argument names of the mutation entry just entered
     for part in loc:
-        if isinstance(part, int):
+        if isinstance(part, int) and 0 < part <= len(args):
+            path += f".{args[part - 1]}"
+            args = ()
+        elif isinstance(part, int):
             path += f"[{part}]"
+        elif part in MUTATION_ARGS:
+            args = MUTATION_ARGS[part]
+            continue
         elif part not in UNION_TAGS:
             part = shorten(part)
             path += f".{part}" if path else part
@@ -53,6 +64,21 @@ class ParamsError(Exception):
                 loc = prefix if loc == "params" else f"{prefix}.{loc}"
             errors.append((loc, err["msg"]))
         return cls(errors)
+
+
+class MutationError(Exception):
+    """Entry ``index`` (``method``) of a ``scheduler.apply`` failed with ``cause``, the engine's
+    :class:`core.SchedulingError` or :class:`core.InvalidInputError`, whose field is then put
+    under the entry (``mutations[3].nodename``); nothing of the call was applied."""
+
+    def __init__(self, index: int, method: str, cause: Exception) -> None:
+        field = getattr(cause, "field", None)
+        if field is not None:
+            cause = type(cause)(f"mutations[{index}].{field}", cause.problem)
+        super().__init__(f"mutations[{index}] ({method}): {cause}")
+        self.index = index
+        self.method = method
+        self.cause = cause
 
 
 class UnknownHandleError(LookupError):

@@ -46,14 +46,10 @@ def expanded_columns(candidates: Any) -> CandidateColumns | None:
     # The models' own discriminator decides the form, so both take the same branch.
     if type(candidates) is not list or not candidates or m._candidate_form(candidates) != "expanded":
         return None
-    if set(map(type, candidates)) != {dict}:
-        return None
-    try:
+    try:  # a record that lacks a key (KeyError) or is no object (TypeError) goes to the models
         sids, sources, targets, stats = _columns(candidates, _CANDIDATE_KEYS)
-        if set(map(type, stats)) != {dict}:
-            return None
         cpu, maxcpu, mem, maxmem = _columns(stats, _STATS_KEYS)
-    except KeyError:
+    except (KeyError, TypeError):
         return None
     if not (_names(sids) and _names(sources) and _names(targets)):
         return None
@@ -63,8 +59,10 @@ def expanded_columns(candidates: Any) -> CandidateColumns | None:
     return CandidateColumns(sids, sources, targets, cpu_column, mem_column)
 
 
-def _columns(records: list[dict], keys: tuple[str, ...]) -> list[list]:
-    """One list per key of the values in ``records`` (KeyError if one lacks a key)."""
+def _columns(records: list, keys: tuple[str, ...]) -> list[list]:
+    """One list per key of the values in ``records``: KeyError if one lacks a key, TypeError if
+    one is not an object (JSON gives no other mapping than dict, and every other JSON value
+    refuses a string index)."""
     return [list(map(itemgetter(key), records)) for key in keys]
 
 

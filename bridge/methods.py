@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from core import CompactCandidate, Scheduler
+from core import CompactCandidate, InvalidInputError, Scheduler, SchedulingError
 from core.explain import explain_batch
 from core.limits import MAX_BYTES, MAX_CORES
 from core.planner import plan_rebalance
@@ -31,7 +31,7 @@ from core.scheduler import calculate_node_imbalance, score_migrations, score_nod
 
 from . import convert, fastpath, phases
 from . import models as m
-from .errors import MethodUnavailableError, ParamsError, UnknownHandleError
+from .errors import MethodUnavailableError, MutationError, ParamsError, UnknownHandleError
 from .limits import ServerLimits, check_call_sizes
 
 #: Mode key of a method that does not depend on a scheduler's mode.
@@ -110,7 +110,11 @@ class Bridge:
         variant = self._variant(spec, params)
         validated = self._validate(spec, variant.params, params)
         phases.mark("validate")
-        return variant.run(self, validated)
+        result = variant.run(self, validated)
+        # Without this mark a method that marks no phase of its own would have its work counted
+        # as the next phase, "encode" (scoring, for example, under scheduler.*).
+        phases.mark("run")
+        return result
 
     def _variant(self, spec: MethodSpec, params: list | dict) -> Variant:
         if not spec.stateful:
@@ -297,18 +301,77 @@ def _select_topsis(s: Scheduler, p: m.SelectTopsisParams) -> dict | None:
     return convert.scored_or_none(s.select_best_balancing_migration_topsis(convert.candidates_to_core(p.candidates)))
 
 
-def _add_service(s: Any, p: m.AddServiceParams) -> None:
-    svc = p.service
-    s.add_service(p.sid, convert.static_stats(svc.stats), svc.running, svc.current_node, svc.target_node)
+# -- mutations: the binding's mutators on validated args, in binding order. Single calls and
+#    scheduler.apply both run them. The models checked every value against core.limits, so the
+#    engine takes the stats as they are (trusted) and checks only what needs its state.
 
 
-def _add_resource(s: Any, p: m.AddResourceParams) -> None:
-    res = p.resource
-    s.add_resource(p.sid, convert.dynamic_stats(res.stats), res.running, res.current_node, res.target_node)
+def _static_add_node(s: Any, nodename: str, maxcpu: int, maxmem: int) -> None:
+    s.add_node(nodename, maxcpu, maxmem, trusted=True)
 
 
-def _add_service_usage(s: Any, p: m.AddServiceUsageParams) -> None:
-    s.add_service_usage_to_node(p.nodename, p.sid, convert.static_stats(p.service_stats))
+def _dynamic_add_node(s: Any, nodename: str, stats: m.DynamicNodeStats) -> None:
+    s.add_node(nodename, convert.node_stats(stats), trusted=True)
+
+
+def _add_service(s: Any, sid: str, svc: m.StaticService) -> None:
+    stats = convert.static_stats(svc.stats)
+    s.add_service(sid, stats, svc.running, svc.current_node, svc.target_node, trusted=True)
+
+
+def _add_service_usage(s: Any, nodename: str, sid: str, stats: m.StaticStats) -> None:
+    s.add_service_usage_to_node(nodename, sid, convert.static_stats(stats), trusted=True)
+
+
+def _add_resource(s: Any, sid: str, res: m.DynamicResource) -> None:
+    stats = convert.dynamic_stats(res.stats)
+    s.add_resource(sid, stats, res.running, res.current_node, res.target_node, trusted=True)
+
+
+#: mode -> method -> mutator(scheduler, *args); the methods of :data:`bridge.models.MUTATIONS`.
+MUTATORS: dict[str, dict[str, Callable[..., None]]] = {
+    "static": {
+        "add_node": _static_add_node,
+        "remove_node": lambda s, nodename: s.remove_node(nodename),
+        "add_service": _add_service,
+        "add_service_usage_to_node": _add_service_usage,
+        "remove_service_usage": lambda s, sid: s.remove_service_usage(sid),
+    },
+    "dynamic": {
+        "add_node": _dynamic_add_node,
+        "remove_node": lambda s, nodename: s.remove_node(nodename),
+        "add_resource": _add_resource,
+        "remove_resource": lambda s, sid: s.remove_resource(sid),
+    },
+}
+
+
+def _single(mode: str, method: str) -> Callable[[Any, Any], None]:
+    """The single call ``scheduler.<method>``: its params after the handle are the mutator's args."""
+    mutate = MUTATORS[mode][method]
+    names = [name for name in m.MUTATIONS[mode][method].model_fields if name != "scheduler"]
+    return lambda s, p: mutate(s, *[getattr(p, name) for name in names])
+
+
+def _apply(mode: str) -> Callable[[Any, Any], None]:
+    """``scheduler.apply`` for ``mode``: the mutations in order, all or nothing.
+
+    They run on a copy of the usage, which replaces the scheduler's only when every one succeeded;
+    the first failure is raised as a :class:`~bridge.errors.MutationError` naming its entry.
+    """
+    mutators = MUTATORS[mode]
+
+    def apply(s: Scheduler, p: m.StaticApplyParams | m.DynamicApplyParams) -> None:
+        trial = copy.copy(s)
+        trial.usage = s.usage.copy()
+        for index, (method, *args) in enumerate(p.mutations):
+            try:
+                mutators[method](trial, *args)
+            except (SchedulingError, InvalidInputError) as exc:
+                raise MutationError(index, method, exc) from None
+        s.usage = trial.usage
+
+    return apply
 
 
 def _start_service(s: Any, p: m.StartServiceParams) -> list[list]:
@@ -329,8 +392,8 @@ STATEFUL = [
         "add_node",
         "Add a node: static (nodename, maxcpu cores, maxmem bytes); dynamic (nodename, measured stats).",
         None,
-        static=(m.StaticAddNodeParams, lambda s, p: s.add_node(p.nodename, p.maxcpu, p.maxmem)),
-        dynamic=(m.DynamicAddNodeParams, lambda s, p: s.add_node(p.nodename, convert.node_stats(p.stats))),
+        static=(m.StaticAddNodeParams, _single("static", "add_node")),
+        dynamic=(m.DynamicAddNodeParams, _single("dynamic", "add_node")),
     ),
     _stateful(
         "remove_node",
@@ -354,13 +417,13 @@ STATEFUL = [
         "add_service",
         "Static: add a service (moving when target-node is set).",
         None,
-        static=(m.AddServiceParams, _add_service),
+        static=(m.AddServiceParams, _single("static", "add_service")),
     ),
     _stateful(
         "add_service_usage_to_node",
         "Static legacy add: unknown sid -> started on nodename; known stationary sid -> moving there.",
         None,
-        static=(m.AddServiceUsageParams, _add_service_usage),
+        static=(m.AddServiceUsageParams, _single("static", "add_service_usage_to_node")),
     ),
     _stateful(
         "remove_service_usage",
@@ -372,13 +435,23 @@ STATEFUL = [
         "add_resource",
         "Dynamic: add a resource (moving when target-node is set).",
         None,
-        dynamic=(m.AddResourceParams, _add_resource),
+        dynamic=(m.AddResourceParams, _single("dynamic", "add_resource")),
     ),
     _stateful(
         "remove_resource",
         "Dynamic: remove a resource (unknown: no-op).",
         None,
         dynamic=(m.SidParams, lambda s, p: s.remove_resource(p.sid)),
+    ),
+    _stateful(
+        "apply",
+        "Extra: the mutations [[method, args...], ...] (add_node, remove_node, add_service/add_resource, "
+        "add_service_usage_to_node, remove_service_usage/remove_resource; args as scheduler.<method>'s "
+        "after the handle) in order, in one call, all or nothing; a failing entry's error has "
+        "data.index and data.method, a -32602 names it (mutations[3].nodename).",
+        None,
+        static=(m.StaticApplyParams, _apply("static")),
+        dynamic=(m.DynamicApplyParams, _apply("dynamic")),
     ),
     _stateful(
         "calculate_node_imbalance",

@@ -20,7 +20,7 @@ Conventions:
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
     AfterValidator,
@@ -30,6 +30,7 @@ from pydantic import (
     Discriminator,
     Field,
     GetJsonSchemaHandler,
+    Strict,
     StringConstraints,
     Tag,
     WithJsonSchema,
@@ -433,6 +434,89 @@ class StartResourceParams(SchedulerParams):
     """Dynamic ``score_nodes_to_start_resource``."""
 
     resource_stats: DynamicStats
+
+
+# -- bulk mutations (scheduler.apply) -------------------------------------------------------
+
+#: The mutations ``scheduler.apply`` takes per mode: method -> the params model of its single
+#: call. A mutation's arguments are validated by the very field types of that model, so an entry
+#: accepts exactly what the single call accepts.
+MUTATIONS: dict[str, dict[str, type[SchedulerParams]]] = {
+    "static": {
+        "add_node": StaticAddNodeParams,
+        "remove_node": NodeNameParams,
+        "add_service": AddServiceParams,
+        "add_service_usage_to_node": AddServiceUsageParams,
+        "remove_service_usage": SidParams,
+    },
+    "dynamic": {
+        "add_node": DynamicAddNodeParams,
+        "remove_node": NodeNameParams,
+        "add_resource": AddResourceParams,
+        "remove_resource": SidParams,
+    },
+}
+
+#: Union tag of a mutation entry (``"<mode> <method>"``) -> wire names of its arguments, in
+#: positional order; error locations name the argument instead of its position in the entry.
+MUTATION_ARGS: dict[str, tuple[str, ...]] = {
+    f"{mode} {method}": tuple(f.alias or name for name, f in model.model_fields.items() if name != "scheduler")
+    for mode, methods in MUTATIONS.items()
+    for method, model in methods.items()
+}
+
+
+def _mutation_entry(mode: str, method: str, model: type[SchedulerParams]) -> Any:
+    # [method, args...]: a tuple of the method's name and the single call's field types (with
+    # their constraints), tagged for the union. Lax only about being a list rather than a tuple.
+    fields = [f for name, f in model.model_fields.items() if name != "scheduler"]
+    args = [Annotated[(f.annotation, *f.metadata)] if f.metadata else f.annotation for f in fields]
+    entry = Annotated[tuple[(Literal[method], *args)], Strict(False)]
+    return Annotated[entry, Tag(f"{mode} {method}")]
+
+
+def _mutation_union(mode: str) -> Any:
+    methods = MUTATIONS[mode]
+    expected = ", ".join(methods)
+
+    def tag(entry: Any) -> str | None:
+        if type(entry) is list and entry and type(entry[0]) is str:
+            return f"{mode} {entry[0]}"
+        return None
+
+    entries = tuple(_mutation_entry(mode, method, model) for method, model in methods.items())
+    return Annotated[
+        Union[entries],  # noqa: UP007 (a union built from a tuple of types)
+        Discriminator(
+            tag,
+            custom_error_type="mutation",
+            custom_error_message=f"a mutation must be [method, args...] with method one of {expected} "
+            f"(the {mode} scheduler's); args in the binding's order",
+        ),
+    ]
+
+
+StaticMutation = _mutation_union("static")
+DynamicMutation = _mutation_union("dynamic")
+
+_MUTATIONS_DESCRIPTION = (
+    "applied in order, all or nothing; each entry is [method, args...] with the args of "
+    "scheduler.<method> after the handle, in the binding's order"
+)
+
+
+class StaticApplyParams(SchedulerParams):
+    """``scheduler.apply`` on a static scheduler: ``add_node``, ``remove_node``, ``add_service``,
+    ``add_service_usage_to_node``, ``remove_service_usage``."""
+
+    mutations: list[StaticMutation] = Field(description=_MUTATIONS_DESCRIPTION)
+
+
+class DynamicApplyParams(SchedulerParams):
+    """``scheduler.apply`` on a dynamic scheduler: ``add_node``, ``remove_node``, ``add_resource``,
+    ``remove_resource``."""
+
+    mutations: list[DynamicMutation] = Field(description=_MUTATIONS_DESCRIPTION)
 
 
 # -- results --------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Opt-in timing of a message's phases, for ``crs-bridge serve --trace``.
 
 The code that handles a message calls :func:`mark` at the end of each phase (``decode``,
-``validate``, ``snapshot``, ``candidates``, ``score``, ``encode``); the tracer brackets a message
+``validate``, ``snapshot``, ``candidates``, ``score``, ``run``: the rest of the method's work,
+``encode``); the tracer brackets a message
 with :func:`start` and :func:`take`. Without a tracer nothing is started and :func:`mark` is a
 global lookup and a test, so the timing costs nothing when off. One message at a time (the server
 is single-threaded).

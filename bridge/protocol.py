@@ -24,7 +24,7 @@ import orjson
 from core import InvalidInputError, SchedulingError
 
 from . import phases
-from .errors import MethodUnavailableError, ParamsError, UnknownHandleError, shorten
+from .errors import MethodUnavailableError, MutationError, ParamsError, UnknownHandleError, shorten
 from .limits import TooDeep, decode, how_to_raise
 from .methods import MAX_ERROR_DETAILS, Bridge
 
@@ -98,6 +98,10 @@ def error_response(code: int, message: str, data: Any = None, ident: Any = None)
 
 def error_for(exc: Exception) -> JsonRpcError:
     """The JSON-RPC error for an exception raised by the method surface."""
+    if isinstance(exc, MutationError):  # the entry's own error, saying which entry it was
+        error = error_for(exc.cause)
+        error.data = {**(error.data or {}), "index": exc.index, "method": exc.method}
+        return error
     if isinstance(exc, ParamsError):
         return _invalid_params(exc.errors)
     if isinstance(exc, InvalidInputError):

@@ -44,10 +44,12 @@ class FrameReader:
     """Iterate over the messages arriving on file descriptor ``fd``.
 
     ``max_message_bytes`` bounds one message body; a longer one is skipped without being kept
-    in memory and yielded with ``body=None``. ``before_wait`` is called before every read that
-    may block. At end of input a last line without ``\\n`` still counts as a message, and a
-    Content-Length body cut short by the end of input is yielded as far as it arrived (it will
-    not parse, and so gets answered with a parse error).
+    in memory and yielded with ``body=None`` (a line once its end arrived; a Content-Length body
+    is skipped after its frame was yielded, so that the refusal is answered first).
+    ``before_wait`` is called before every read that may block. At end of input a last line
+    without ``\\n`` still counts as a message, and a Content-Length body cut short by the end of
+    input is yielded as far as it arrived (it will not parse, and so gets answered with a parse
+    error).
     """
 
     def __init__(self, fd: int, max_message_bytes: int, before_wait: Callable[[], None] = lambda: None) -> None:

@@ -186,17 +186,18 @@ def expand_compact(usage: Usage, view: NodeView, compact: Sequence[CompactCandid
             targets.extend(bundle.nodes)
     finally:
         # Targets of the bundles before a failing one are checked first, to report errors in order.
-        src = np.repeat(np.array(sources, dtype=np.int64), counts)
+        repeats = np.array(counts, dtype=np.int64)  # converted once, not by every np.repeat
+        src = np.repeat(np.array(sources, dtype=np.int64), repeats)
         tgt = _node_indices(index, targets)
         _check_targets(compact, counts, src, tgt)
     return CandidateBatch(
         view=view,
         sids=[bundle.leader for bundle in compact],
-        sid_index=np.repeat(np.arange(len(counts), dtype=np.int64), counts),
+        sid_index=np.repeat(np.arange(len(counts), dtype=np.int64), repeats),
         src=src,
         tgt=tgt,
-        cpu=np.repeat(np.array(cpu, dtype=np.float64), counts),
-        mem=np.repeat(np.array(mem, dtype=np.int64), counts),
+        cpu=np.repeat(np.array(cpu, dtype=np.float64), repeats),
+        mem=np.repeat(np.array(mem, dtype=np.int64), repeats),
     )
 
 

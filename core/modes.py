@@ -34,9 +34,17 @@ from .usage import Aggregation, NodeView, Resource, Usage
 Candidates = Sequence[CompactCandidate | MigrationCandidate] | CandidateColumns
 
 
-def _checked(stats: NodeStats | ResourceStats, where: str):
+def _checked(stats: NodeStats | ResourceStats, where: str, trusted: bool = False):
     """``stats`` re-validated (README decision 4): typed stats can be built without ``checked``,
-    and a zero capacity or a NaN must not reach the usage or a score."""
+    and a zero capacity or a NaN must not reach the usage or a score.
+
+    ``trusted``: the caller built ``stats`` from values it already checked against the bounds of
+    :mod:`core.limits` (the bridge's wire models do, see ``bridge/models.py``), so they are taken
+    as they are. The mutators below take it as a keyword; their semantic checks (names,
+    duplicates, placement, aggregated memory) run either way.
+    """
+    if trusted:
+        return stats
     return type(stats).checked(stats.cpu, stats.maxcpu, stats.mem, stats.maxmem, where=where)
 
 
@@ -111,19 +119,30 @@ class StaticScheduler(Scheduler):
     balance_view = Aggregation.STARTED
     start_view = Aggregation.STARTED
 
-    def add_node(self, nodename: str, maxcpu: int, maxmem: int) -> None:
-        """Add a node with ``maxcpu`` cores and ``maxmem`` bytes and no base usage."""
-        self.usage.add_node(nodename, NodeStats.checked(0.0, maxcpu, 0, maxmem, where="node"))
+    def add_node(self, nodename: str, maxcpu: int, maxmem: int, *, trusted: bool = False) -> None:
+        """Add a node with ``maxcpu`` cores and ``maxmem`` bytes and no base usage (``trusted``:
+        see :func:`_checked`)."""
+        self.usage.add_node(nodename, _checked(NodeStats(0.0, maxcpu, 0, maxmem), "node", trusted))
 
     def add_service(
-        self, sid: str, stats: ResourceStats, running: bool, current: str, target: str | None = None
+        self,
+        sid: str,
+        stats: ResourceStats,
+        running: bool,
+        current: str,
+        target: str | None = None,
+        *,
+        trusted: bool = False,
     ) -> None:
         """Add a service (``stats`` from :meth:`ResourceStats.static`); moving when ``target`` is set."""
-        self.usage.add_resource(sid, Resource(_checked(stats, "service.stats"), bool(running), current, target))
+        stats = _checked(stats, "service.stats", trusted)
+        self.usage.add_resource(sid, Resource(stats, bool(running), current, target))
 
-    def add_service_usage_to_node(self, nodename: str, sid: str, stats: ResourceStats) -> None:
+    def add_service_usage_to_node(
+        self, nodename: str, sid: str, stats: ResourceStats, *, trusted: bool = False
+    ) -> None:
         """Legacy add; see :meth:`Usage.add_resource_usage_to_node`."""
-        self.usage.add_resource_usage_to_node(nodename, sid, _checked(stats, "service_stats"))
+        self.usage.add_resource_usage_to_node(nodename, sid, _checked(stats, "service_stats", trusted))
 
     def remove_service_usage(self, sid: str) -> None:
         self.usage.remove_resource(sid)
@@ -140,15 +159,23 @@ class DynamicScheduler(Scheduler):
     balance_view = Aggregation.IDENTITY
     start_view = Aggregation.STARTING_AS_STARTED
 
-    def add_node(self, nodename: str, stats: NodeStats) -> None:
+    def add_node(self, nodename: str, stats: NodeStats, *, trusted: bool = False) -> None:
         """Add a node with measured ``stats`` (cores and bytes in use, capacities)."""
-        self.usage.add_node(nodename, _checked(stats, "stats"))
+        self.usage.add_node(nodename, _checked(stats, "stats", trusted))
 
     def add_resource(
-        self, sid: str, stats: ResourceStats, running: bool, current: str, target: str | None = None
+        self,
+        sid: str,
+        stats: ResourceStats,
+        running: bool,
+        current: str,
+        target: str | None = None,
+        *,
+        trusted: bool = False,
     ) -> None:
         """Add a resource with measured ``stats``; moving when ``target`` is set."""
-        self.usage.add_resource(sid, Resource(_checked(stats, "resource.stats"), bool(running), current, target))
+        stats = _checked(stats, "resource.stats", trusted)
+        self.usage.add_resource(sid, Resource(stats, bool(running), current, target))
 
     def remove_resource(self, sid: str) -> None:
         self.usage.remove_resource(sid)

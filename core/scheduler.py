@@ -86,7 +86,7 @@ def _contenders(w: WhatIf, k: int, formula: Formula) -> np.ndarray:
         # The cut only falls as blocks come: rows above it now stay above the final one.
         cut = smallest_hi.max() if len(smallest_hi) >= k else np.inf
         rows = np.flatnonzero(lo <= cut)
-        kept_rows.append(rows)
+        kept_rows.append(rows + start)
         kept_lo.append(lo[rows])
     rows, lo = np.concatenate(kept_rows), np.concatenate(kept_lo)
     return rows[lo <= smallest_hi.max()]

@@ -15,7 +15,7 @@ import numpy as np
 
 from .errors import InvalidInputError, SchedulingError
 from .limits import MAX_BYTES
-from .stats import NodeStats, ResourceStats, add_started
+from .stats import NodeStats, ResourceStats
 
 
 def check_name(field: str, name: object) -> str:
@@ -116,6 +116,12 @@ class _Node:
         self.sids: dict[str, None] = {}  # an ordered set
         self.maxmem_total = 0  # bytes: the sum of its resources' maxmem, what views may add to mem
 
+    def copy(self) -> _Node:
+        other = _Node(self.stats)
+        other.sids = dict(self.sids)
+        other.maxmem_total = self.maxmem_total
+        return other
+
 
 class Usage:
     """Nodes with their base stats, resources with their placement; both in insertion order."""
@@ -123,6 +129,14 @@ class Usage:
     def __init__(self) -> None:
         self._nodes: dict[str, _Node] = {}
         self._resources: dict[str, Resource] = {}
+
+    def copy(self) -> Usage:
+        """An independent copy: same nodes, resources and orders (stats and resources are
+        immutable and shared). What an all-or-nothing series of changes works on."""
+        other = Usage()
+        other._nodes = {name: node.copy() for name, node in self._nodes.items()}
+        other._resources = dict(self._resources)
+        return other
 
     # -- nodes -------------------------------------------------------------------------
 
@@ -243,8 +257,15 @@ class Usage:
         stats = node.stats
         if aggregation is Aggregation.IDENTITY:
             return stats
+        # add_started folded over the node's resources in order, as running sums instead of a
+        # NodeStats per resource: the same additions in the same order, so the same bits.
+        cpu, mem, cores = stats.cpu, stats.mem, float(stats.maxcpu)
+        every = aggregation is Aggregation.STARTED
+        resources = self._resources
         for sid in node.sids:
-            res = self._resources[sid]
-            if aggregation is Aggregation.STARTED or not res.running:
-                stats = add_started(stats, res.stats)
-        return stats
+            res = resources[sid]
+            if every or not res.running:
+                limit = res.stats
+                cpu += cores if limit.maxcpu == 0.0 else limit.maxcpu
+                mem += limit.maxmem
+        return NodeStats(cpu, stats.maxcpu, mem, stats.maxmem)

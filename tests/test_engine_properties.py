@@ -130,7 +130,7 @@ def resource_ops(draw, scn: Scenario, many: bool) -> list[tuple]:
         kind = "stationary" if i < 4 else draw(st.sampled_from(kinds))
         current = draw(st.sampled_from(names))
         if kind == "legacy":
-            # Half the time on an existing sid: it becomes moving (or fails as upstream does).
+            # Mostly an earlier sid (it becomes moving, or fails as upstream does), else a new one.
             sid = draw(st.sampled_from(sids[: i + 1]))
             ops.append(("legacy", current, sid, stats))
         elif kind == "moving":

@@ -40,7 +40,9 @@ def snapshot(s) -> tuple:
     for aggregation in Aggregation:
         view = s.view(aggregation)
         views.append((view.names, [bits(x) for x in view.cpu.tolist()], view.mem.tolist()))
-    return s.list_nodes(), s.usage.resources(), views
+    # Each node's resource order decides the order of its float sums, so it is state too.
+    placement = [(n, s.usage.node_stats(n), list(s.usage._nodes[n].sids)) for n in s.list_nodes()]
+    return s.list_nodes(), s.usage.resources(), views, placement
 
 
 def static_abc() -> StaticScheduler:

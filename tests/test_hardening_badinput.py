@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,10 +21,13 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.bridge_client import CONTENT_LENGTH, NDJSON, BridgeClient
+from tests.bridge_client import CONTENT_LENGTH, NDJSON, ROOT, BridgeClient
 
 GiB = 1 << 30
-LIMIT_ARGS = ["--max-message-bytes", "65536", "--max-nodes", "50", "--max-resources", "50", "--max-candidates", "100"]
+LIMIT_ARGS = [
+    *("--max-message-bytes", "65536", "--max-nodes", "50", "--max-resources", "50"),
+    *("--max-candidates", "100", "--max-json-depth", "64"),
+]
 
 
 @dataclass(frozen=True)
@@ -287,6 +292,8 @@ CASES = [
         ("'when'",),
         NUL,
     ),
+    # Invalid, but valid once wrapped in the arrays that check the depth limit: must stay -32700.
+    Case("invalid-unless-wrapped", lambda h: b"1],[" + b"[]," * 70 + b"2", PARSE_ERROR, ("column",), NUL),
     Case("nested-2000", lambda h: b"[" * 2000 + b"]" * 2000, INVALID_REQUEST, ("nested deeper", "max-json-depth"), NUL),
     Case(
         "nested-100-in-params",
@@ -649,6 +656,25 @@ CASES = [
     Case("freed-handle", call("scheduler.add_node", lambda h: [h.F, "n1", 8, GiB]), UNKNOWN_HANDLE, ("already freed",)),
     Case("free-twice", call("scheduler.free", lambda h: {"scheduler": h.F}), UNKNOWN_HANDLE, ("unknown scheduler",)),
     Case("huge-handle-is-cut", call("scheduler.list_nodes", ["s" * 10_000]), UNKNOWN_HANDLE, ("characters)",)),
+    # -- scheduler.apply: all or nothing --------------------------------------------------------
+    Case(
+        "apply-second-entry-fails",
+        call("scheduler.apply", lambda h: [h.S, [["add_node", "n8", 8, GiB], ["add_node", "n1", 8, GiB]]]),
+        SCHEDULING,
+        ("node 'n1' already exists",),
+    ),
+    Case(
+        "apply-entry-mistyped",
+        call("scheduler.apply", lambda h: [h.D, [["remove_node", "n1"], ["add_node", "n8", {"cpu": "1"}]]]),
+        INVALID_PARAMS,
+        ("mutations[1]",),
+    ),
+    Case(
+        "apply-unknown-mutation",
+        call("scheduler.apply", lambda h: [h.S, [["remove_node", "n1"], ["fly"]]]),
+        INVALID_PARAMS,
+        ("mutations[1]", "add_node"),
+    ),
     # -- per-call size limits (-32602, naming the limit and how to raise it) ----------------------
     Case(
         "too-many-nodes",
@@ -753,6 +779,70 @@ def test_integer_id_beyond_64_bits_still_gets_a_valid_response(bridge):
     answer = bridge.read()
     assert answer["jsonrpc"] == "2.0" and answer["result"]["name"] == "crs-bridge"
     assert answer["id"] == pytest.approx(123456789012345678901234567890)  # a double: orjson's reading
+
+
+def nest(depth: int) -> bytes:
+    """JSON arrays nested ``depth`` deep."""
+    return b"[" * depth + b"]" * depth
+
+
+def test_deep_nesting_up_to_the_default_limit_is_handled_without_recursion():
+    """1000 levels in several positions (within orjson's 1024) are answered like any other input;
+    past 1024 the default limit refuses the message."""
+    with BridgeClient() as client:
+        handle = client.call("scheduler.new", {"mode": "static"})["scheduler"].encode()
+        envelope = b'{"jsonrpc": "2.0", "id": 1, "method": '
+        node = b'{"name": "a", "maxcpu": 4, "maxmem": 1024, "ignored": ' + nest(1000) + b"}"
+        cases = [
+            (envelope + b'"scheduler.list_nodes", "params": ["' + handle + b'", ' + nest(1000) + b"]}", "too many"),
+            (b'{"jsonrpc": "2.0", "method": "bridge.info", "id": ' + nest(1000) + b"}", "'id'"),
+            (b"[" + nest(1000) + b"]", "got array"),
+            (envelope + b'"calculate_node_imbalance", "params": {"usage": ' + nest(1000) + b"}}", "usage"),
+            (envelope + b'"calculate_node_imbalance", "params": {"usage": {"mode": "static", "nodes": [' + node
+             + b"]}}}", None),
+            (nest(1025), "limit of 1024 levels"),
+        ]  # fmt: skip
+        for message, words in cases:
+            client.send_raw(message)
+            answer = client.read()
+            answer = answer[0] if isinstance(answer, list) else answer
+            if words is None:
+                assert answer["result"] == 0.0
+            else:
+                assert words in answer["error"]["message"], answer
+        assert "Traceback" not in client.stderr()
+
+
+def test_limits_come_from_flags_over_environment_and_are_reported(monkeypatch):
+    monkeypatch.setenv("CRS_BRIDGE_MAX_NODES", "7")
+    monkeypatch.setenv("CRS_BRIDGE_MAX_CANDIDATES", "9")
+    with BridgeClient(["--max-candidates", "11", "--max-json-depth", "16"]) as client:
+        limits = client.call("bridge.info")["limits"]
+        assert (limits["max_nodes"], limits["max_candidates"], limits["max_json_depth"]) == (7, 11, 16)
+        assert limits["max_message_bytes"] == 256 * 1024 * 1024 and limits["max_resources"] == 1_000_000
+        client.send_raw(nest(17))
+        assert "limit of 16 levels" in client.read()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "words"),
+    [
+        (["--max-json-depth", "2000"], {}, "max_json_depth must be at most 1024"),
+        (["--max-nodes", "0"], {}, "max_nodes must be a positive integer"),
+        ([], {"CRS_BRIDGE_MAX_MESSAGE_BYTES": "lots"}, "CRS_BRIDGE_MAX_MESSAGE_BYTES must be a positive integer"),
+    ],
+)
+def test_bad_limit_settings_are_refused_at_start(args, env, words):
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge", "serve", *args],
+        input=b"",
+        capture_output=True,
+        env={**os.environ, **env},
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2 and words in done.stderr.decode()
 
 
 # -- 100 MB messages: streamed by the test, memory kept sane ------------------------------------

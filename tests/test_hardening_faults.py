@@ -114,3 +114,19 @@ def test_stderr_nobody_reads_never_blocks_serving(extra):
     assert len(log) < count * 1000  # and dropped what the pipe could not take
     process.stdout.close()
     process.stderr.close()
+
+
+def test_stderr_closed_by_the_client_changes_nothing():
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bridge", "serve", "--debug-methods", "--log-level", "debug", "--trace", "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    process.stderr.close()  # every log write now fails with EPIPE
+    payload = b"".join(request(i, "debug.raise" if i % 2 else "bridge.info") for i in range(200))
+    out, _ = process.communicate(payload, timeout=WAIT)
+    answers = [orjson.loads(line) for line in out.splitlines()]
+    assert process.returncode == 0 and [a["id"] for a in answers] == list(range(200))
+    assert all(("error" in a) == (a["id"] % 2 == 1) for a in answers)

@@ -231,6 +231,11 @@ def templates(f: Fuzzed) -> list[tuple[str, Any]]:
         ("scheduler.select_best_balancing_migration", [d, compact, 0.5]),
         ("scheduler.select_best_balancing_migration_topsis", [s, compact]),
         ("scheduler.plan_rebalance", [s, compact, "topsis", 0.0, 0.0, 3, True]),
+        (
+            "scheduler.apply",
+            [s, [["add_node", "n5", 8, GiB], ["add_service", "vm:5", service("n5")], ["remove_node", "n5"]]],
+        ),
+        ("scheduler.apply", [d, [["add_resource", "vm:6", resource("n2")], ["remove_resource", "vm:6"]]]),
     ]
 
 

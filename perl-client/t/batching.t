@@ -1,7 +1,8 @@
 #!/usr/bin/perl
-# Mutations are buffered and sent as batches before the next query (or when many have piled
-# up), semantic errors still die at the call that caused them, destroyed objects are freed on
-# the server, and the server's state always matches what the client answers locally.
+# Mutations are buffered and sent as one scheduler.apply per object before the next query (or
+# when many have piled up), semantic errors still die at the call that caused them, destroyed
+# objects are freed on the server, and the server's state always matches what the client
+# answers locally.
 
 use strict;
 use warnings;
@@ -16,8 +17,9 @@ use CRSBridge::Process;
 use PVE::RS::ResourceScheduling::Static;
 use PVE::RS::ResourceScheduling::Dynamic;
 
-# Count what is written to the server: messages (lines) and requests inside them.
-my ($messages, $requests) = (0, 0);
+# Count what is written to the server: messages (lines), requests inside them, and mutations
+# inside those (scheduler.apply entries).
+my ($messages, $requests, $mutations) = (0, 0, 0);
 {
     no warnings 'redefine';
     my $queue = \&CRSBridge::Process::queue;
@@ -25,6 +27,7 @@ my ($messages, $requests) = (0, 0);
         my ($self, $bytes) = @_;
         $messages += () = $bytes =~ /\n/g;
         $requests += () = $bytes =~ /"jsonrpc":"2\.0"/g;
+        $mutations += () = $bytes =~ /\["(?:add|remove)_/g;
         return $queue->(@_);
     };
 }
@@ -55,8 +58,9 @@ is($usage->contains_node('node2'), 1, 'contains_node too');
 is($messages, 0, '... without asking the server');
 
 my $imbalance = $usage->calculate_node_imbalance;
-is($messages, 2, 'a query sends one batch and the query');
-is($requests, 205, '... with every mutation in the batch');
+is($messages, 2, 'a query sends the buffered mutations and the query');
+is($requests, 2, '... the mutations as one request');
+is($mutations, 204, '... holding every one of them');
 my @loads = map { [ 50, 16, 50 * GiB, 64 * GiB ] } 1 .. 4;
 cmp_ok(abs($imbalance - reference_imbalance(\@loads, 'normalized')), '<', 1e-12, 'the server has them all');
 
@@ -97,7 +101,7 @@ subtest 'a buffered mutation the server refuses after all (a safety net)' => sub
     $fine->add_node('a', 4, GiB);
     $broken->add_node('a', 4, GiB);
     # Bypass the client's checks: something the server will refuse.
-    CRSBridge::Connection->instance->mutate($broken->{_crs}, 'add_node', '"nodename":"b","maxcpu":0,"maxmem":1');
+    CRSBridge::Connection->instance->mutate($broken->{_crs}, 'add_node', '"b",0,1');
     my $error = error_of { $broken->calculate_node_imbalance };
     like($error, qr/^crs-bridge: the server refused a buffered add_node of this scheduler object \(Invalid params: maxcpu: .*\); the object is unusable, create a new one\n\z/,
         'the next query says what happened');
@@ -111,7 +115,7 @@ subtest 'a whole batch refused (over the size limit)' => sub {
     local $ENV{CRS_BRIDGE_COMMAND} = join(' ', @server, '--max-message-bytes', 4000);
     kill('KILL', server_pid());
     my $big = PVE::RS::ResourceScheduling::Static->new();
-    $big->add_node("node$_", 4, GiB) for 1 .. 100;
+    $big->add_node("node$_", 4, GiB) for 1 .. 200;
     like(error_of { $big->calculate_node_imbalance }, qr/^crs-bridge: the server refused a buffered batch .*exceeds the limit/,
         'the objects in it become unusable, with the reason');
     undef $big;

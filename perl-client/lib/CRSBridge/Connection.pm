@@ -3,8 +3,9 @@ package CRSBridge::Connection;
 # The one crs-bridge server of this Perl process, shared by all scheduler objects.
 #
 # Mutations (add_node, add_service, ...) are only appended to their object's journal; they
-# reach the server as JSON-RPC batches, sent ahead of the next query or whenever enough have
-# piled up (without waiting for the answer, so the server works while Perl builds the rest).
+# reach the server as one scheduler.apply request per object (all its new journal entries),
+# sent ahead of the next query or whenever enough have piled up (without waiting for the
+# answer, so the server works while Perl builds the rest).
 # The journals also make the server disposable: a new server (after a crash, a timeout or a
 # fork) gets every live object re-created and its journal replayed before the next call.
 
@@ -16,8 +17,10 @@ use Time::HiRes qw(time);
 use CRSBridge::Codec qw(decode_json_text json_str);
 use CRSBridge::Process;
 
-# Buffered mutations sent as one batch once this many have piled up (also the largest batch).
+# Buffered mutations are sent once this many have piled up (over all objects).
 use constant CHUNK => 500;
+# Most journal entries in one scheduler.apply (a replay of a longer journal takes several).
+use constant APPLY_MAX => 10000;
 
 my $CURRENT;       # the connection of this process ($CURRENT->{pid} == $$), or one inherited across fork
 my %LIVE;          # object id -> state of every live scheduler object of this process
@@ -49,9 +52,10 @@ See L<CRSBridge::Process> for C<CRS_BRIDGE_COMMAND> and C<CRS_BRIDGE_LOG>.
 =head1 OBJECT STATE
 
 A scheduler object's state is a hash: C<id>, C<mode>, C<imbalance>, C<handle> and C<srv>
-(its server-side handle and the server it is valid on), C<jm>/C<jf> (journal: method names
-and JSON parameter texts), C<sent> (journal entries already queued to the current server),
-C<poison> (set when the server refused a buffered mutation).
+(its server-side handle and the server it is valid on), C<jf> (journal: one
+C<scheduler.apply> entry per mutation, the JSON text C<[method, args...]>), C<sent> (journal
+entries already queued to the current server), C<poison> (set when the server refused a
+buffered mutation).
 
 =head1 METHODS
 
@@ -97,7 +101,7 @@ my $NEXT_OBJECT = 0;
 sub create {
     my ($self, $st) = @_;
     $st->{id} = ++$NEXT_OBJECT;
-    @$st{qw(jm jf sent)} = ([], [], 0);
+    @$st{qw(jf sent)} = ([], 0);
     my $result = $self->call(undef, 'scheduler.new', _new_params($st));
     $st->{handle} = $result->{scheduler};
     $st->{srv} = $self->{srv};
@@ -110,55 +114,57 @@ sub _new_params {
     return '{"mode":' . json_str($st->{mode}) . ',"imbalance":' . json_str($st->{imbalance}) . '}';
 }
 
-=item mutate(\%state, $method, $params_json)
+=item mutate(\%state, $method, $args_json)
 
-Journals a mutation (C<$params_json>: the parameters after the handle, as JSON object members
-without braces). It is sent later; the caller has already checked that it succeeds.
+Journals the mutation C<$method> (C<add_node>, ...) with C<$args_json>, its arguments after
+the handle in the binding's order as JSON array elements without brackets
+(C<"n1",16,68719476736>). It is sent later; the caller has already checked that it succeeds.
 
 =cut
 
 sub mutate {
-    my ($self, $st, $method, $params) = @_;
-    push @{ $self->{dirty} }, $st if $st->{sent} == @{ $st->{jm} };
-    push @{ $st->{jm} }, $method;
-    push @{ $st->{jf} }, $params;
+    my ($self, $st, $method, $args) = @_;
+    my $jf = $st->{jf};
+    push @{ $self->{dirty} }, $st if $st->{sent} == @$jf;
+    push @$jf, qq(["$method",$args]);
     $self->_flush_quietly if ++$self->{pending} >= CHUNK;
     return;
 }
 
-=item call_mutation(\%state, $method, $params_json)
+=item call_mutation(\%state, $method, $args_json)
 
-Sends a mutation at once (after the buffered ones) and journals it when the server accepts
-it; dies with the server's message otherwise.
+Sends a mutation at once (after the buffered ones) as the single call C<scheduler.$method>
+(positional params), so that a refusal is worded as for that call, and journals it when the
+server accepts it; dies with the server's message otherwise.
 
 =cut
 
 sub call_mutation {
-    my ($self, $st, $method, $params) = @_;
-    $self->call($st, "scheduler.$method", $params);
-    push @{ $st->{jm} }, $method;
-    push @{ $st->{jf} }, $params;
-    $st->{sent} = @{ $st->{jm} };    # the call flushed everything before it
+    my ($self, $st, $method, $args) = @_;
+    $self->call($st, "scheduler.$method", $args, 1);
+    push @{ $st->{jf} }, qq(["$method",$args]);
+    $st->{sent} = @{ $st->{jf} };    # the call flushed everything before it
     return;
 }
 
-=item call(\%state, $method, $params_json)
+=item call(\%state, $method, $params_json, $positional)
 
 Sends the buffered mutations, then C<$method> (full name) with the state's handle and
-C<$params_json> (members without braces; for a state of undef, a whole JSON object), and
-returns the decoded result. Dies with the server's message plus a newline on an error answer.
-A server that dies during the call is replaced, the objects restored and the call retried
-once; a hung server is killed and the call dies.
+C<$params_json> (members without braces, or with C<$positional> array elements without
+brackets; for a state of undef, a whole JSON object), and returns the decoded result. Dies
+with the server's message plus a newline on an error answer. A server that dies during the
+call is replaced, the objects restored and the call retried once; a hung server is killed and
+the call dies.
 
 =cut
 
 sub call {
-    my ($self, $st, $method, $params) = @_;
+    my ($self, $st, $method, $params, $positional) = @_;
     _limits();    # a bad setting dies before anything is sent
     my $first_new = $SERVERS + 1;    # servers from this number on were started by this call
     my $new_died = 0;
     while (1) {
-        my $answer = eval { $self->_call_once($st, $method, $params) };
+        my $answer = eval { $self->_call_once($st, $method, $params, $positional) };
         return _result($answer, $st) if $answer;
         my $error = $@;
         die $error if !(ref $error && $error->isa('CRSBridge::Process::Error'));
@@ -170,12 +176,15 @@ sub call {
 }
 
 sub _call_once {
-    my ($self, $st, $method, $params) = @_;
+    my ($self, $st, $method, $params, $positional) = @_;
     $self->_ensure_server;
     die $st->{poison} if $st && $st->{poison};
     $self->_flush;
     my $id = $self->{next_id}++;
-    my $p = $st ? '{"scheduler":' . json_str($st->{handle}) . ($params eq '' ? '' : ",$params") . '}' : $params;
+    my $rest = $params eq '' ? '' : ",$params";
+    my $p = !$st ? $params
+        : $positional ? '[' . json_str($st->{handle}) . "$rest]"
+        : '{"scheduler":' . json_str($st->{handle}) . "$rest}";
     my $line = qq({"jsonrpc":"2.0","id":$id,"method":"$method","params":$p}\n);
     utf8::encode($line);
     $self->{proc}->queue($line);
@@ -210,8 +219,11 @@ sub _server_failed {
     }
     my $how = $proc->exit_description;
     $proc->kill;
+    # A new server that exits by itself before answering cannot start (a broken command or
+    # installation); one killed by a signal (from outside, e.g. while it restored the objects)
+    # is retried once, as a server dying during a call is.
     die "crs-bridge: cannot start the server '$proc->{cmd}': it ended before answering ($how)\n"
-        if !$proc->answered;
+        if !$proc->answered && (!$proc->killed || $give_up);
     die "crs-bridge: the server died twice during $method ($how); giving up on this call\n"
         if $give_up;
     return;    # retry: the next attempt starts a new server and restores the objects
@@ -250,7 +262,7 @@ sub _ensure_server {
 }
 
 # Re-create every live object on the new server and mark its whole journal as unsent; the
-# next flush replays the journals, as one batch per object (split if very long).
+# next flush replays the journals, as one scheduler.apply per object (split if very long).
 sub _restore {
     my ($self) = @_;
     my @states = sort { $a->{id} <=> $b->{id} } grep { !$_->{poison} } values %LIVE;
@@ -277,14 +289,15 @@ sub _restore {
             next;
         }
         @$st{qw(handle srv sent)} = ($answer->{result}{scheduler}, $self->{srv}, 0);
-        push @{ $self->{dirty} }, $st if @{ $st->{jm} };
+        push @{ $self->{dirty} }, $st if @{ $st->{jf} };
     }
     return;
 }
 
 # -- batches ---------------------------------------------------------------------------------
 
-# Queue all unsent journal entries (and frees) as batches; answers are checked as they come.
+# Queue all unsent journal entries (one scheduler.apply per object) and frees as one batch;
+# answers are checked as they come.
 sub _flush {
     my ($self) = @_;
     $self->{pending} = 0;
@@ -294,15 +307,15 @@ sub _flush {
     my $id = $self->{next_id};
     for my $st (@{ $self->{dirty} }) {
         next if $st->{dead} || $st->{poison} || $st->{srv} ne $srv;
-        my ($jm, $jf, $from) = ($st->{jm}, $st->{jf}, $st->{sent});
-        next if $from >= @$jm;
-        my $head = '{"jsonrpc":"2.0","method":"scheduler.';
-        my $handle = ',"params":{"scheduler":' . json_str($st->{handle}) . ',';
-        push @ranges, [ $id, $st, $from ];
-        for my $i ($from .. $#$jm) {
-            push @parts, $head . $jm->[$i] . '","id":' . $id++ . $handle . $jf->[$i] . '}}';
+        my ($jf, $from) = ($st->{jf}, $st->{sent});
+        my $head = ',"params":{"scheduler":' . json_str($st->{handle}) . ',"mutations":[';
+        for (my $at = $from; $at < @$jf; $at += APPLY_MAX) {
+            my $last = $at + APPLY_MAX - 1 < $#$jf ? $at + APPLY_MAX - 1 : $#$jf;
+            push @ranges, [ $id, $st, $at ];
+            push @parts, '{"jsonrpc":"2.0","method":"scheduler.apply","id":' . $id++ . $head
+                . join(',', @$jf[ $at .. $last ]) . ']}}';
         }
-        $st->{sent} = @$jm;
+        $st->{sent} = @$jf;
     }
     $self->{dirty} = [];
     push @ranges, [ $id, undef, 0 ];
@@ -311,15 +324,12 @@ sub _flush {
             . ',"params":{"scheduler":' . json_str($handle) . '}}';
     }
     $self->{frees} = [];
-    my $first = $self->{next_id};
+    return if !@parts;
+    my $line = '[' . join(',', @parts) . "]\n";
+    utf8::encode($line);
+    push @{ $self->{batches} }, { first => $self->{next_id}, last => $id - 1, ranges => \@ranges };
     $self->{next_id} = $id;
-    for (my $at = 0; $at < @parts; $at += CHUNK) {
-        my $last = $at + CHUNK - 1 < $#parts ? $at + CHUNK - 1 : $#parts;
-        my $line = '[' . join(',', @parts[$at .. $last]) . "]\n";
-        utf8::encode($line);
-        push @{ $self->{batches} }, { first => $first + $at, last => $first + $last, ranges => \@ranges };
-        $self->{proc}->queue($line);
-    }
+    $self->{proc}->queue($line);
     return;
 }
 
@@ -363,13 +373,26 @@ sub _batch_answered {
     my $answers = decode_json_text($line);
     for my $answer (@$answers) {
         next if !$answer->{error} || !$batch;
-        my ($st, $index) = _owner($batch, $answer->{id} // -1) or next;
-        _poison($st, $answer->{error}{message}, $st->{jm}[$index]);
+        my ($st, $first) = _owner($batch, $answer->{id} // -1) or next;
+        _refused($st, $first, $answer->{error});
     }
     return;
 }
 
-# The state and journal index request $id of a batch was sent for (empty for a free).
+# A scheduler.apply of $st's journal from entry $first on was refused: poison $st, naming the
+# failing entry's method, with the server's message as the single call would have worded it.
+sub _refused {
+    my ($st, $first, $error) = @_;
+    my $message = $error->{message} // 'no message';
+    my $data = ref $error->{data} eq 'HASH' ? $error->{data} : {};
+    my $index = $data->{index} // ($message =~ /\bmutations\[(\d+)\]/ ? $1 : 0);
+    my ($method) = ($st->{jf}[ $first + $index ] // '') =~ /^\["([^"]+)"/;
+    $message =~ s/\bmutations\[$index\]\.//g;
+    _poison($st, $message, $method // 'mutation');
+    return;
+}
+
+# The state and first journal index request $id of a batch was sent for (empty for a free).
 sub _owner {
     my ($batch, $id) = @_;
     return if $id < $batch->{first} || $id > $batch->{last};

@@ -213,6 +213,7 @@ sub exit_description {
         my $got = waitpid($self->{pid}, WNOHANG);
         if ($got == $self->{pid}) {
             $how = ($? & 127) ? 'killed by signal ' . ($? & 127) : 'exit status ' . ($? >> 8);
+            $self->{signal} = $? & 127;
             $self->{reaped} = 1;
             last;
         }
@@ -222,13 +223,31 @@ sub exit_description {
     return $how . $self->_log_tail;
 }
 
+=item killed()
+
+After C<exit_description>: true when the server was ended by a signal (killed from outside,
+e.g. by the OOM killer or an operator) rather than exiting by itself.
+
+=cut
+
+sub killed { return $_[0]{signal} ? 1 : 0 }
+
+# The log is appended to for as long as servers run, and a line can be megabytes: read only
+# its end, and keep the message short.
+use constant { LOG_TAIL_BYTES => 8192, LOG_TAIL_LINES => 5, LOG_LINE_CHARS => 300 };
+
 sub _log_tail {
     my ($self) = @_;
     return '; its error output went to stderr' if !defined $self->{log} || $self->{log} eq '';
     open(my $fh, '<', $self->{log}) or return "; see $self->{log}";
-    my @lines = <$fh>;
-    my @tail = grep { /\S/ } @lines[ ($#lines > 4 ? $#lines - 4 : 0) .. $#lines ];
-    chomp @tail;
+    my $size = -s $fh // 0;
+    seek($fh, $size - LOG_TAIL_BYTES, 0) if $size > LOG_TAIL_BYTES;
+    read($fh, my $end, LOG_TAIL_BYTES) // return "; see $self->{log}";
+    my @lines = grep { /\S/ } split /\n/, $end;
+    my @tail = @lines > LOG_TAIL_LINES ? @lines[ -LOG_TAIL_LINES .. -1 ] : @lines;
+    for (@tail) {
+        $_ = '...' . substr($_, -LOG_LINE_CHARS) if length > LOG_LINE_CHARS;
+    }
     return "; last lines of $self->{log}: " . join(' | ', @tail);
 }
 

@@ -80,10 +80,38 @@ stats -> C<($json, $refused, $current_node, $target_node_or_undef)>.
 =cut
 
 sub resource_param {
-    my ($mode, $where) = @_[1, 2];
-    my @fast = _resource_fast($_[0], $mode);
-    return @fast if @fast;
-    my $r = resource($_[0], $mode eq 'static' ? \&static_stats : \&dynamic_resource_stats);
+    my ($r, $mode) = @_;
+    # The common shape, all values plain numbers and strings within bounds, checked and rendered
+    # inline (it runs once per guest and HA round); anything else takes the exact path.
+    FAST: {
+        last FAST if ref $r ne 'HASH';
+        my ($s, $running, $current, $target) = @$r{ 'stats', 'running', 'current-node', 'target-node' };
+        last FAST if ref $s ne 'HASH' || !(_number($running) || _bool($running));
+        # A plain string (not a number, not a reference), not empty, needing no JSON escapes.
+        last FAST if !defined $current || ref $current || _number($current) || $current !~ /\A[^"\\\x00-\x1f]+\z/;
+        my $target_json = 'null';
+        if (defined $target) {
+            last FAST if ref $target || _number($target) || $target !~ /\A[^"\\\x00-\x1f]+\z/;
+            $target_json = qq("$target");
+        }
+        my $stats;
+        if ($mode eq 'static') {
+            my ($maxcpu, $maxmem) = @$s{qw(maxcpu maxmem)};
+            last FAST if !_number($maxcpu) || !($maxcpu >= 0 && $maxcpu <= MAX_CORES);
+            last FAST if !_number($maxmem) || !($maxmem >= 0 && $maxmem <= MAX_BYTES);
+            $stats = '{"maxcpu":' . _cores_json($maxcpu) . ',"maxmem":' . int($maxmem) . '}';
+        } else {
+            my ($cpu, $maxcpu, $mem, $maxmem) = @$s{qw(cpu maxcpu mem maxmem)};
+            last FAST if !_cores($cpu) || !_cores($maxcpu) || !_bytes($mem) || !_bytes($maxmem);
+            $stats = '{"cpu":' . _cores_json($cpu) . ',"maxcpu":' . _cores_json($maxcpu)
+                . ',"mem":' . int($mem) . ',"maxmem":' . int($maxmem) . '}';
+        }
+        my $run = $running ? 'true' : 'false';
+        return (qq({"stats":$stats,"running":$run,"current-node":"$current","target-node":$target_json}),
+            0, "$current", defined $target ? "$target" : undef);
+    }
+    my $where = $_[2];
+    $r = resource($_[0], $mode eq 'static' ? \&static_stats : \&dynamic_resource_stats);
     my ($stats, $refused) = stats_json($r->{stats}, "$where.stats");
     my ($current, $target) = @$r{qw(current target)};
     $refused ||= $current eq '' || (defined $target && $target eq '');
@@ -97,35 +125,10 @@ sub _resource_json {
         . ',"target-node":' . (defined $target ? json_str($target) : 'null') . '}';
 }
 
-# The common shape, all values plain numbers and strings within bounds; () for anything else.
-# Written out inline: it runs once per guest and HA round.
-sub _resource_fast {
-    my ($r, $mode) = @_;
-    return if ref $r ne 'HASH';
-    my ($s, $running, $current, $target) = @$r{ 'stats', 'running', 'current-node', 'target-node' };
-    return if ref $s ne 'HASH' || !defined $running || !(_number($running) || _bool($running));
-    return if !defined $current || ref $current || _number($current) || $current eq '' || $current =~ /["\\\x00-\x1f]/;
-    my $target_json = 'null';
-    if (defined $target) {
-        return if ref $target || _number($target) || $target eq '' || $target =~ /["\\\x00-\x1f]/;
-        $target_json = qq("$target");
-    }
-    my $stats;
-    if ($mode eq 'static') {
-        my ($maxcpu, $maxmem) = @$s{qw(maxcpu maxmem)};
-        return if !defined $maxcpu || !_number($maxcpu) || !($maxcpu >= 0 && $maxcpu <= MAX_CORES);
-        return if !defined $maxmem || !_number($maxmem) || !($maxmem >= 0 && $maxmem <= MAX_BYTES);
-        my $cores = "$maxcpu";
-        $cores = json_num($maxcpu) if $cores != $maxcpu;
-        $stats = qq({"maxcpu":$cores,"maxmem":) . int($maxmem) . '}';
-    } else {
-        my ($cpu, $maxcpu, $mem, $maxmem) = @$s{qw(cpu maxcpu mem maxmem)};
-        return if !_cores($cpu) || !_cores($maxcpu) || !_bytes($mem) || !_bytes($maxmem);
-        $stats = '{"cpu":' . json_num($cpu) . ',"maxcpu":' . json_num($maxcpu)
-            . ',"mem":' . int($mem) . ',"maxmem":' . int($maxmem) . '}';
-    }
-    return (qq({"stats":$stats,"running":) . ($running ? 'true' : 'false')
-        . qq(,"current-node":"$current","target-node":$target_json}), 0, "$current", defined $target ? "$target" : undef);
+# A core count within bounds as JSON: whole numbers (most limits) as integers, which is cheaper
+# than json_num's formatting and reads back as the same double (below 2**53 every integer does).
+sub _cores_json {
+    return $_[0] == int($_[0]) ? int($_[0]) : json_num($_[0]);
 }
 
 sub _name { return defined $_[0] && !ref $_[0] && !_number($_[0]) && $_[0] ne '' }

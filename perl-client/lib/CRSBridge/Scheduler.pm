@@ -13,6 +13,8 @@ use CRSBridge::Mirror;
 use CRSBridge::Records qw(candidates_param);
 use Scalar::Util ();
 
+use parent 'CRSBridge::Planning';    # the extras plan_rebalance and explain_migrations
+
 =head1 NAME
 
 CRSBridge::Scheduler - common base of the crs-bridge drop-ins for PVE::RS::ResourceScheduling::*
@@ -64,21 +66,35 @@ sub _binding {
     return eval { $self->BINDING } // 'PVE::RS::ResourceScheduling';
 }
 
-# Journal a mutation. The mirror method $op (with @args) checks it, dying with upstream's
-# message, and records it. When the server will refuse a value ($refused), the mutation is
-# sent at once instead, so that the server's message (naming the field) is what the caller
-# sees, and the mirror follows only if the server accepted it.
+# Journal a mutation: $method with $args, its arguments as JSON in the binding's order
+# (array elements without brackets). The mirror method $op (with @args) checks it, dying with
+# upstream's message, and records it. When the server will refuse a value ($refused), the
+# mutation is sent at once instead, so that the server's message (naming the field) is what
+# the caller sees, and the mirror follows only if the server accepted it.
 sub _mutate {
-    my ($st, $method, $params, $refused, $op, @args) = @_;
+    my ($st, $method, $args, $refused, $op, @args) = @_;
     die $st->{poison} if $st->{poison};
     my $conn = CRSBridge::Connection->instance;
     if ($refused) {
-        $conn->call_mutation($st, $method, $params);
+        $conn->call_mutation($st, $method, $args);
         $st->{mirror}->$op(@args);
         return;
     }
     $st->{mirror}->$op(@args);
-    $conn->mutate($st, $method, $params);
+    $conn->mutate($st, $method, $args);
+    return;
+}
+
+# _mutate for add_service/add_resource ($method) of $sid, with resource_param's results in
+# @rest: the common case written out, as it runs once per guest and HA round.
+sub _add_resource {
+    my ($st, $method, $sid, $json, $refused, $current, $target) = @_;
+    my $args = ($sid =~ /["\\\x00-\x1f]/ ? json_str($sid) : qq("$sid")) . ",$json";
+    if ($refused || $sid eq '' || $st->{poison}) {
+        return _mutate($st, $method, $args, $refused || $sid eq '', add_resource => $sid, $current, $target);
+    }
+    $st->{mirror}->add_resource($sid, $current, $target);
+    CRSBridge::Connection->instance->mutate($st, $method, $args);
     return;
 }
 
@@ -104,7 +120,7 @@ sub remove_node {
     my $name = arg_string($_[1]);
     die $st->{poison} if $st->{poison};
     return if !$st->{mirror}->has_node($name);
-    _mutate($st, 'remove_node', '"nodename":' . json_str($name), 0, remove_node => $name);
+    _mutate($st, 'remove_node', json_str($name), 0, remove_node => $name);
     return;
 }
 
@@ -222,6 +238,11 @@ sub select_best_balancing_migration_topsis {
     my $st = _state($_[0]);
     return _query($st, 'select_best_balancing_migration_topsis', '"candidates":' . candidates_param($_[1]));
 }
+
+=item plan_rebalance(\@candidates, \%opts) / explain_migrations(\@candidates, \%opts)
+
+A dry run of the HA manager's rebalancing, and why one round moves what it moves (or
+nothing): see L<CRSBridge::Planning>.
 
 =back
 

@@ -67,7 +67,7 @@ sub add_node {
     my $st = CRSBridge::Scheduler::_state($_[0]);
     my $name = arg_string($_[1]);
     my ($json, $refused) = node_stats_param($_[2], 'stats');
-    CRSBridge::Scheduler::_mutate($st, 'add_node', '"nodename":' . json_str($name) . ',"stats":' . $json,
+    CRSBridge::Scheduler::_mutate($st, 'add_node', json_str($name) . ',' . $json,
         $refused || $name eq '', add_node => $name);
     return;
 }
@@ -84,9 +84,7 @@ sub add_resource {
     check_arity('add_resource', \@_, qw(this sid resource)) if @_ != 3;
     my $st = CRSBridge::Scheduler::_state($_[0]);
     my $sid = arg_string($_[1]);
-    my ($json, $refused, $current, $target) = resource_param($_[2], 'dynamic', 'resource');
-    CRSBridge::Scheduler::_mutate($st, 'add_resource', '"sid":' . json_str($sid) . ',"resource":' . $json,
-        $refused || $sid eq '', add_resource => $sid, $current, $target);
+    CRSBridge::Scheduler::_add_resource($st, 'add_resource', $sid, resource_param($_[2], 'dynamic', 'resource'));
     return;
 }
 
@@ -101,7 +99,7 @@ sub remove_resource {
     my $st = CRSBridge::Scheduler::_state($_[0]);
     my $sid = arg_string($_[1]);
     die $st->{poison} if $st->{poison};
-    CRSBridge::Scheduler::_mutate($st, 'remove_resource', '"sid":' . json_str($sid), 0,
+    CRSBridge::Scheduler::_mutate($st, 'remove_resource', json_str($sid), 0,
         remove_resource => $sid) if $st->{mirror}->has_resource($sid);
     return;
 }
@@ -122,7 +120,8 @@ sub score_nodes_to_start_resource {
 
 =back
 
-Also the common and extra methods of L<CRSBridge::Scheduler>.
+Also the common and extra methods of L<CRSBridge::Scheduler>, and the planning extras
+C<plan_rebalance> and C<explain_migrations> of L<CRSBridge::Planning>.
 
 =head1 ENVIRONMENT
 

@@ -75,8 +75,7 @@ sub add_node {
     my $name = arg_string($_[1]);
     my ($maxcpu, $maxmem) = (arg_usize($_[2]), arg_usize($_[3]));
     my $refused = $name eq '' || out_of_bounds_cores($maxcpu, 1) || out_of_bounds_bytes($maxmem, 1);
-    CRSBridge::Scheduler::_mutate($st, 'add_node',
-        '"nodename":' . json_str($name) . ',"maxcpu":' . json_int($maxcpu) . ',"maxmem":' . json_int($maxmem),
+    CRSBridge::Scheduler::_mutate($st, 'add_node', json_str($name) . ',' . json_int($maxcpu) . ',' . json_int($maxmem),
         $refused, add_node => $name);
     return;
 }
@@ -95,9 +94,7 @@ sub add_service {
     check_arity('add_service', \@_, qw(this sid service)) if @_ != 3;
     my $st = CRSBridge::Scheduler::_state($_[0]);
     my $sid = arg_string($_[1]);
-    my ($json, $refused, $current, $target) = resource_param($_[2], 'static', 'service');
-    CRSBridge::Scheduler::_mutate($st, 'add_service', '"sid":' . json_str($sid) . ',"service":' . $json,
-        $refused || $sid eq '', add_resource => $sid, $current, $target);
+    CRSBridge::Scheduler::_add_resource($st, 'add_service', $sid, resource_param($_[2], 'static', 'service'));
     return;
 }
 
@@ -116,8 +113,7 @@ sub add_service_usage_to_node {
     my $name = arg_string($_[1]);
     my $sid = arg_string($_[2]);
     my ($json, $refused) = static_stats_param($_[3], 'service_stats');
-    CRSBridge::Scheduler::_mutate($st, 'add_service_usage_to_node',
-        '"nodename":' . json_str($name) . ',"sid":' . json_str($sid) . ',"service_stats":' . $json,
+    CRSBridge::Scheduler::_mutate($st, 'add_service_usage_to_node', json_str($name) . ',' . json_str($sid) . ',' . $json,
         $refused || $sid eq '' || $name eq '', legacy_add => $name, $sid);
     return;
 }
@@ -133,7 +129,7 @@ sub remove_service_usage {
     my $st = CRSBridge::Scheduler::_state($_[0]);
     my $sid = arg_string($_[1]);
     die $st->{poison} if $st->{poison};
-    CRSBridge::Scheduler::_mutate($st, 'remove_service_usage', '"sid":' . json_str($sid), 0,
+    CRSBridge::Scheduler::_mutate($st, 'remove_service_usage', json_str($sid), 0,
         remove_resource => $sid) if $st->{mirror}->has_resource($sid);
     return;
 }
@@ -158,7 +154,8 @@ Also: C<remove_node>, C<list_nodes>, C<contains_node>, C<calculate_node_imbalanc
 C<score_best_balancing_migration_candidates>,
 C<score_best_balancing_migration_candidates_topsis>, and the crs-bridge extras
 C<select_best_balancing_migration> and C<select_best_balancing_migration_topsis>: see
-L<CRSBridge::Scheduler>.
+L<CRSBridge::Scheduler>; and the crs-bridge planning extras C<plan_rebalance> and
+C<explain_migrations>: see L<CRSBridge::Planning>.
 
 =head1 ENVIRONMENT
 
