@@ -2,8 +2,9 @@
 # A server whose Perl client disappears ends by itself, with exit status 0, and leaves no
 # process behind busy-looping: the client exits normally, is killed (SIGKILL) while idle, is
 # killed while the server still has a request to answer, or replaces itself by another program
-# (exec). A forked child that inherited the client's pipes keeps the server waiting, idle,
-# until it ends too.
+# (exec). A forked child that inherited the client's pipes: a client exiting normally still
+# stops its server at once (it asks it to shut down); a killed one leaves it waiting, idle,
+# until the child ends too.
 #
 # This test makes itself a child subreaper (Linux), so the orphaned servers are re-parented
 # to it and their exit status can be collected.
@@ -25,14 +26,20 @@ note($SUBREAPER ? 'subreaper: exit statuses are checked' : 'no subreaper: only t
 # The client: builds a Dynamic object (so its server runs), prints the server's pid, then does
 # what it is told on its stdin: 'idle' (wait), 'query' (a query with many buffered mutations,
 # announced on stdout first), 'exit', 'exec' (become a sleeping process), 'fork' (fork a child
-# that sleeps, print its pid, wait).
+# that sleeps, print its pid, wait). Prints 'server killed' if it ever has to kill its server.
 my $CLIENT = <<'PERL';
 use strict;
 use warnings;
 use CRSBridgeTest;
 use CRSBridge::Connection;
+use CRSBridge::Process;
 use PVE::RS::ResourceScheduling::Dynamic;
 $| = 1;
+{
+    no warnings 'redefine';
+    my $kill = \&CRSBridge::Process::kill;
+    *CRSBridge::Process::kill = sub { print "server killed\n"; return $kill->(@_) };
+}
 my $u = PVE::RS::ResourceScheduling::Dynamic->new();
 $u->add_node("n$_", { cpu => 1, maxcpu => 16, mem => GiB, maxmem => 64 * GiB }) for 1 .. 3;
 $u->calculate_node_imbalance;
@@ -151,7 +158,24 @@ subtest 'the client replaces itself by another program (exec)' => sub {
     server_ended($client->{server}, 'exec') if $how eq 'zombie';
 };
 
-subtest 'a forked child keeps the pipes: the server waits idle until it ends too' => sub {
+subtest 'a forked child keeps the pipes, the client exits normally: its server stops at once' => sub {
+    my $client = spawn_client();
+    command($client, 'fork');
+    my $child = read_client($client);
+    like($child, qr/^\d+$/, 'the client forked a child');
+    command($client, 'exit');
+    watchdog(30, 'the client exiting', sub { waitpid($client->{pid}, 0) });
+    is($?, 0, 'the client exited');
+    $client->{out}->blocking(0);    # the child holds the pipe open: no end of file
+    my $said = join('', grep { defined } readline($client->{out}));
+    is($said, '', 'it did not have to kill its server (it asked it to shut down)');
+    my ($how) = wait_gone($client->{server}, 20);
+    like($how, qr/^(gone|reaped)$/, 'the server ended while the child lives on');
+    kill('KILL', $child);
+    waitpid($child, 0) if $SUBREAPER;
+};
+
+subtest 'a forked child keeps the pipes, the client is killed: the server waits idle until the child ends' => sub {
     my $client = spawn_client();
     command($client, 'fork');
     my $child = read_client($client);

@@ -449,13 +449,17 @@ sub _abandon {
 
 =item shutdown()
 
-Stops this process's server (at program end).
+Stops this process's server (at program end): asks it to exit (C<shutdown>), then closes its
+input. The request matters when a forked child still holds the server's input open, so that
+closing it is no end of input for the server.
 
 =cut
 
 sub shutdown {
     my ($self) = @_;
     my $proc = delete $self->{proc} or return;
+    # The answer is never read; a server that is already gone makes queue throw, which is fine.
+    eval { $proc->queue(qq({"jsonrpc":"2.0","id":0,"method":"shutdown"}\n)); 1 };
     $proc->stop;
     return;
 }
