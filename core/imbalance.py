@@ -34,8 +34,8 @@ def check_formula(formula: str) -> Formula:
 def node_imbalance(loads: Sequence[float], formula: Formula = "normalized") -> float:
     """Imbalance of ``loads`` (fractions, node order).
 
-    Edge cases: fewer than two nodes give 0.0 with ``normalized``; a zero load sum gives 0.0
-    with both formulas.
+    Edge cases: fewer than two nodes give 0.0 with ``normalized``; a zero load sum, or a mean
+    load that underflows to 0 (loads of a few subnormals), gives 0.0 with both formulas.
     """
     n = len(loads)
     if formula == "normalized" and n < 2:
@@ -46,18 +46,15 @@ def node_imbalance(loads: Sequence[float], formula: Formula = "normalized") -> f
     if total == 0.0:
         return 0.0
     mean = total / n
+    # A mean that underflows to 0 would give 0/0: upstream answers NaN, we answer what a
+    # cluster with no measurable load is, balanced (product decision 4: never NaN).
+    if mean == 0.0:
+        return 0.0
     squares = 0.0
     for load in loads:
         d = float(load) - mean
         squares += d * d
-    sd = math.sqrt(squares / n)
-    if mean == 0.0:
-        # Loads summing to a few subnormals make the mean underflow to 0: divide as IEEE does
-        # (NaN, like upstream and imbalance_from_sums) rather than raise ZeroDivisionError.
-        with np.errstate(divide="ignore", invalid="ignore"):
-            cv = float(np.float64(sd) / mean)
-    else:
-        cv = sd / mean
+    cv = math.sqrt(squares / n) / mean
     return cv / math.sqrt(n - 1) if formula == "normalized" else cv
 
 
@@ -77,7 +74,7 @@ def imbalance_from_sums(total: np.ndarray, squares: np.ndarray, n: int, formula:
         cv = np.sqrt(squares / n) / mean
     if formula == "normalized":
         cv = cv / math.sqrt(n - 1)
-    return np.where(total == 0.0, 0.0, cv)
+    return np.where(mean == 0.0, 0.0, cv)  # as node_imbalance: a zero (or underflowed) mean is 0.0
 
 
 def imbalance_bounds(

@@ -132,11 +132,13 @@ def imbalance_of_loads(loads: Sequence[float], formula: str = "normalized") -> f
     if total == 0.0:
         return 0.0
     mean = total / n
+    if mean == 0.0:  # loads of a few subnormals: crs-bridge answers 0.0 where upstream gives NaN
+        return 0.0
     squares = 0.0
     for x in loads:
         d = x - mean
         squares += d * d
-    cv = ieee_div(math.sqrt(squares / n), mean)  # the mean can underflow to 0
+    cv = math.sqrt(squares / n) / mean
     if formula == "normalized":
         return cv / math.sqrt(n - 1)
     return cv
