@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -64,6 +65,24 @@ class CandidateColumns:
 
 
 @dataclass(frozen=True, slots=True)
+class CompactColumns:
+    """Bundles as columns, one row per bundle: :class:`CompactCandidate` ``i`` is
+    ``(leaders[i], resources[i], nodes[i])``. What a decoder can hand over without an object per
+    bundle; checked when the batch is built (:func:`expand_compact_columns`)."""
+
+    leaders: Sequence[str]
+    resources: Sequence[Sequence[str]]
+    nodes: Sequence[Sequence[str]]
+
+    def __len__(self) -> int:
+        return len(self.leaders)
+
+    def bundles(self) -> list[CompactCandidate]:
+        """The bundles as :class:`CompactCandidate` objects."""
+        return [CompactCandidate(*row) for row in zip(self.leaders, map(tuple, self.resources), map(tuple, self.nodes))]
+
+
+@dataclass(frozen=True, slots=True)
 class ScoredMigration:
     """A migration with the (truncated) node imbalance it would leave."""
 
@@ -99,9 +118,13 @@ class CandidateBatch:
 
     def sort_keys(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Ranks of (sid, source, target) for ``rows``, consistent with :class:`Migration` order."""
-        sid_rank = _ranks(self.sids)
+        # Ranked among the sids of ``rows`` only: ranking all sids (sorting thousands of names)
+        # cost more than the rest of a scoring call whose contenders are a few rows.
+        sid_index = self.sid_index[rows]
+        used = np.unique(sid_index)
+        sid_rank = _ranks([self.sids[i] for i in used])[np.searchsorted(used, sid_index)]
         node_rank = _ranks(self.view.names)
-        return sid_rank[self.sid_index[rows]], node_rank[self.src[rows]], node_rank[self.tgt[rows]]
+        return sid_rank, node_rank[self.src[rows]], node_rank[self.tgt[rows]]
 
 
 def _ranks(names: Sequence[str]) -> np.ndarray:
@@ -198,6 +221,60 @@ def expand_compact(usage: Usage, view: NodeView, compact: Sequence[CompactCandid
         tgt=tgt,
         cpu=np.repeat(np.array(cpu, dtype=np.float64), repeats),
         mem=np.repeat(np.array(mem, dtype=np.int64), repeats),
+    )
+
+
+def expand_compact_columns(usage: Usage, view: NodeView, compact: CompactColumns) -> CandidateBatch:
+    """:func:`expand_compact` of bundles given as columns: the same batch, or the same error.
+
+    Valid bundles are expanded in one pass over plain values; anything else (an error to
+    report, in :func:`expand_compact`'s order) is left to :func:`expand_compact`.
+    """
+    batch = _valid_compact_batch(usage, view, compact)
+    return batch if batch is not None else expand_compact(usage, view, compact.bundles())
+
+
+def _valid_compact_batch(usage: Usage, view: NodeView, compact: CompactColumns) -> CandidateBatch | None:
+    """The batch when every bundle and target is valid (:func:`bundle_stats`'s rules, known
+    targets other than the source), else None."""
+    resource, index = usage.resource, view.index()
+    sources: list[int] = []
+    cpu: list[float] = []
+    mem: list[int] = []
+    for leader_sid, members in zip(compact.leaders, compact.resources):
+        leader = resource(leader_sid)
+        if leader is None or leader.target is not None or leader_sid not in members:
+            return None
+        # bundle_stats' fold from zeros, member by member: the same sums to the last bit.
+        bundle_cpu, bundle_mem = ZERO_RESOURCE.cpu, ZERO_RESOURCE.mem
+        for sid in members:
+            member = leader if sid == leader_sid else resource(sid)
+            if member is None or member.target is not None or member.current != leader.current:
+                return None
+            bundle_cpu += member.stats.cpu
+            bundle_mem += member.stats.mem
+        if bundle_mem > MAX_BYTES:
+            return None
+        sources.append(index[leader.current])
+        cpu.append(bundle_cpu)
+        mem.append(bundle_mem)
+    counts = np.fromiter(map(len, compact.nodes), dtype=np.int64, count=len(compact))
+    targets = list(chain.from_iterable(compact.nodes))
+    try:
+        tgt = np.fromiter(map(index.__getitem__, targets), dtype=np.int64, count=len(targets))
+    except KeyError:  # an unknown target node
+        return None
+    src = np.repeat(np.array(sources, dtype=np.int64), counts)
+    if (tgt == src).any():
+        return None
+    return CandidateBatch(
+        view=view,
+        sids=list(compact.leaders),
+        sid_index=np.repeat(np.arange(len(counts), dtype=np.int64), counts),
+        src=src,
+        tgt=tgt,
+        cpu=np.repeat(np.array(cpu, dtype=np.float64), counts),
+        mem=np.repeat(np.array(mem, dtype=np.int64), counts),
     )
 
 

@@ -13,11 +13,13 @@ from .candidates import (
     CandidateBatch,
     CandidateColumns,
     CompactCandidate,
+    CompactColumns,
     MigrationCandidate,
     ScoredMigration,
     batch_from_candidates,
     batch_from_columns,
     expand_compact,
+    expand_compact_columns,
 )
 from .imbalance import Formula, check_formula
 from .scheduler import (
@@ -30,8 +32,8 @@ from .scheduler import (
 from .stats import NodeStats, ResourceStats
 from .usage import Aggregation, NodeView, Resource, Usage
 
-#: Compact or expanded candidates (one form per call), or expanded ones as columns.
-Candidates = Sequence[CompactCandidate | MigrationCandidate] | CandidateColumns
+#: Compact or expanded candidates (one form per call), or either form as columns.
+Candidates = Sequence[CompactCandidate | MigrationCandidate] | CandidateColumns | CompactColumns
 
 
 def _checked(stats: NodeStats | ResourceStats, where: str, trusted: bool = False):
@@ -84,6 +86,8 @@ class Scheduler:
         if isinstance(candidates, CandidateColumns):
             c = candidates
             return batch_from_columns(view, c.sids, c.sources, c.targets, c.cpu, c.mem)
+        if isinstance(candidates, CompactColumns):
+            return expand_compact_columns(self.usage, view, candidates)
         if candidates and isinstance(candidates[0], MigrationCandidate):
             return batch_from_candidates(view, candidates)  # type: ignore[arg-type]
         return expand_compact(self.usage, view, candidates)  # type: ignore[arg-type]
