@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from core import (
     CandidateColumns,
     CompactCandidate,
+    CompactColumns,
     InvalidInputError,
     Migration,
     MigrationCandidate,
@@ -86,15 +87,16 @@ def _check_unique_names(nodes: Sequence[m.StaticNode | m.DynamicNode]) -> None:
 
 
 def candidates_to_core(
-    candidates: Sequence[m.CompactCandidate] | Sequence[m.Candidate] | CandidateColumns,
-) -> list[CompactCandidate] | list[MigrationCandidate] | CandidateColumns:
+    candidates: Sequence[m.CompactCandidate] | Sequence[m.Candidate] | CandidateColumns | CompactColumns,
+) -> list[CompactCandidate] | list[MigrationCandidate] | CandidateColumns | CompactColumns:
     """Convert a whole validated candidate list at once (one form per list).
 
-    This is the single seam between wire and engine candidates. Expanded candidates that passed
-    :mod:`bridge.fastpath` arrive as :class:`core.CandidateColumns` and go to the engine as they
-    are. Expanded candidates' stats are not re-checked: the models enforce the engine's bounds.
+    This is the single seam between wire and engine candidates. Candidates that passed
+    :mod:`bridge.fastpath` arrive as :class:`core.CandidateColumns` or :class:`core.CompactColumns`
+    and go to the engine as they are. Expanded candidates' stats are not re-checked: the models
+    enforce the engine's bounds.
     """
-    if isinstance(candidates, CandidateColumns):
+    if isinstance(candidates, (CandidateColumns, CompactColumns)):
         return candidates
     if not candidates:
         return []

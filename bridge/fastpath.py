@@ -1,27 +1,31 @@
-"""Bulk validation of expanded candidates, the bulk of a big request.
+"""Bulk validation of candidates, the bulk of a big request (and of every HA round's scoring).
 
 pydantic validates a list of 100k :class:`~bridge.models.Candidate` one model at a time (a few
 µs each, plus an object per candidate and per stats); here the same list is checked column by
-column and handed to the engine as :class:`core.CandidateColumns`.
+column and handed to the engine as :class:`core.CandidateColumns`. Compact bundles likewise
+(:func:`compact_columns`: only their names need checking) go as :class:`core.CompactColumns`.
 
 This is a filter, not a second schema. :func:`expanded_columns` accepts a list only when it can
 tell in bulk that the models would accept it and what values they would produce; anything else
 (a missing key, a wrong type, a bound crossed, a fractional byte count, ...) gets None, and the
 caller validates with the models, whose errors are the only ones a client ever sees. So the
 models stay the single source of the wire schema, ``rpc.discover`` is unchanged, and the fast path
-can only make a call faster, not different (``tests/test_fastpath.py`` holds the two together).
+can only make a call faster, not different (``tests/test_fastpath.py`` holds the two together;
+``tests/test_fastpath_compact.py`` the compact ones).
 """
 
 from __future__ import annotations
 
 import functools
 import typing
+from collections.abc import Iterable
+from itertools import chain
 from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
-from core import CandidateColumns
+from core import CandidateColumns, CompactColumns
 from core.limits import MAX_BYTES, MAX_CORES
 
 from . import models as m
@@ -29,6 +33,7 @@ from . import models as m
 #: The annotation pydantic keeps for a field declared as :data:`bridge.models.Candidates`.
 _CANDIDATES_UNION = typing.get_args(m.Candidates)[0]
 _CANDIDATE_KEYS = ("sid", "source-node", "target-node", "stats")
+_COMPACT_KEYS = ("leader", "resources", "nodes")
 _STATS_KEYS = ("cpu", "maxcpu", "mem", "maxmem")
 
 
@@ -37,6 +42,33 @@ def takes_candidates(model: type[m.Params]) -> bool:
     """Whether ``model`` has a ``candidates`` field of type :data:`bridge.models.Candidates`."""
     field = model.model_fields.get("candidates")
     return field is not None and field.annotation == _CANDIDATES_UNION
+
+
+def candidate_columns(candidates: Any) -> CandidateColumns | CompactColumns | None:
+    """``candidates`` as columns of its form (:func:`expanded_columns`, :func:`compact_columns`),
+    or None: then the models validate it."""
+    columns = expanded_columns(candidates)
+    return columns if columns is not None else compact_columns(candidates)
+
+
+def compact_columns(candidates: Any) -> CompactColumns | None:
+    """``candidates`` as columns if it is a non-empty list of compact candidates that
+    :class:`bridge.models.CompactCandidate` accepts (the leader, every resource and every node a
+    non-empty string; other keys ignored); None otherwise, and whenever in doubt."""
+    if type(candidates) is not list or not candidates or m._candidate_form(candidates) != "compact":
+        return None
+    try:  # a record that lacks a key (KeyError) or is no object (TypeError) goes to the models
+        leaders, resources, nodes = _columns(candidates, _COMPACT_KEYS)
+    except (KeyError, TypeError):
+        return None
+    if not (_names(leaders) and _name_lists(resources) and _name_lists(nodes)):
+        return None
+    return CompactColumns(leaders, resources, nodes)
+
+
+def _name_lists(column: list) -> bool:
+    """All lists of :data:`bridge.models.Name` (possibly empty)."""
+    return set(map(type, column)) == {list} and _names(chain.from_iterable(column))
 
 
 def expanded_columns(candidates: Any) -> CandidateColumns | None:
@@ -66,7 +98,7 @@ def _columns(records: list, keys: tuple[str, ...]) -> list[list]:
     return [list(map(itemgetter(key), records)) for key in keys]
 
 
-def _names(column: list) -> bool:
+def _names(column: Iterable) -> bool:
     """All non-empty strings (:data:`bridge.models.Name`); checked once per distinct value."""
     try:
         distinct = set(column)

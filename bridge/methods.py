@@ -134,7 +134,7 @@ class Bridge:
         if isinstance(params, list):
             params = self._named(spec, model, params)
         check_call_sizes(params, self.limits)  # before validation spends time and memory on them
-        columns = fastpath.expanded_columns(params.get("candidates")) if fastpath.takes_candidates(model) else None
+        columns = fastpath.candidate_columns(params.get("candidates")) if fastpath.takes_candidates(model) else None
         try:
             if columns is None:
                 return model.model_validate(params)
