@@ -6,8 +6,9 @@ pydantic JSON-schema generation whose shared definitions land in ``components.sc
 here is written by hand per method, so the document cannot drift from what the server validates.
 
 A ``scheduler.*`` method may have different params per mode (``add_node``); its descriptors are
-then the union by name (those not in every mode are optional and say which mode takes them), and
-the extension ``x-modes`` gives each mode's positional order.
+then the union by name (those not in every mode are optional and say which mode takes them; one
+whose shape differs by mode, ``scheduler.apply``'s ``mutations``, has the ``anyOf`` of the
+shapes), and the extension ``x-modes`` gives each mode's positional order.
 """
 
 from __future__ import annotations
@@ -96,6 +97,11 @@ def _method(spec: MethodSpec, by_mode: dict[str, dict], result: dict) -> dict[st
     return method
 
 
+def _shape(schema: dict) -> dict:
+    """A param's schema without its description (which goes to the descriptor)."""
+    return {k: v for k, v in schema.items() if k != "description"}
+
+
 def _descriptors(by_mode: dict[str, dict]) -> list[dict[str, Any]]:
     """One content descriptor per param name, in positional order (union over modes)."""
     found: dict[str, dict[str, Any]] = {}
@@ -106,6 +112,9 @@ def _descriptors(by_mode: dict[str, dict]) -> list[dict[str, Any]]:
             prop = {k: v for k, v in prop.items() if k != "title"}
             descriptor = found.setdefault(name, {"name": name, "schema": prop, "required": name in required})
             descriptor["required"] = descriptor["required"] and name in required
+            if _shape(prop) != _shape(descriptor["schema"]):  # a param whose shape depends on the mode
+                shapes = descriptor["schema"].get("anyOf", [_shape(descriptor["schema"])])
+                descriptor["schema"] = {"anyOf": [*shapes, _shape(prop)]}
             if "description" in prop:
                 descriptor["description"] = prop["description"]
             modes_of.setdefault(name, []).append(mode)

@@ -120,9 +120,7 @@ class CandidateBatch:
         """Ranks of (sid, source, target) for ``rows``, consistent with :class:`Migration` order."""
         # Ranked among the sids of ``rows`` only: ranking all sids (sorting thousands of names)
         # cost more than the rest of a scoring call whose contenders are a few rows.
-        sid_index = self.sid_index[rows]
-        used = np.unique(sid_index)
-        sid_rank = _ranks([self.sids[i] for i in used])[np.searchsorted(used, sid_index)]
+        sid_rank = _ranks([self.sids[i] for i in self.sid_index[rows].tolist()])
         node_rank = _ranks(self.view.names)
         return sid_rank, node_rank[self.src[rows]], node_rank[self.tgt[rows]]
 
@@ -237,7 +235,7 @@ def expand_compact_columns(usage: Usage, view: NodeView, compact: CompactColumns
 def _valid_compact_batch(usage: Usage, view: NodeView, compact: CompactColumns) -> CandidateBatch | None:
     """The batch when every bundle and target is valid (:func:`bundle_stats`'s rules, known
     targets other than the source), else None."""
-    resource, index = usage.resource, view.index()
+    resource, index = usage.resources().get, view.index()
     sources: list[int] = []
     cpu: list[float] = []
     mem: list[int] = []
@@ -246,13 +244,17 @@ def _valid_compact_batch(usage: Usage, view: NodeView, compact: CompactColumns) 
         if leader is None or leader.target is not None or leader_sid not in members:
             return None
         # bundle_stats' fold from zeros, member by member: the same sums to the last bit.
-        bundle_cpu, bundle_mem = ZERO_RESOURCE.cpu, ZERO_RESOURCE.mem
-        for sid in members:
-            member = leader if sid == leader_sid else resource(sid)
-            if member is None or member.target is not None or member.current != leader.current:
-                return None
-            bundle_cpu += member.stats.cpu
-            bundle_mem += member.stats.mem
+        if len(members) == 1:  # the leader alone, the common bundle
+            stats = leader.stats
+            bundle_cpu, bundle_mem = ZERO_RESOURCE.cpu + stats.cpu, ZERO_RESOURCE.mem + stats.mem
+        else:
+            bundle_cpu, bundle_mem = ZERO_RESOURCE.cpu, ZERO_RESOURCE.mem
+            for sid in members:
+                member = resource(sid)
+                if member is None or member.target is not None or member.current != leader.current:
+                    return None
+                bundle_cpu += member.stats.cpu
+                bundle_mem += member.stats.mem
         if bundle_mem > MAX_BYTES:
             return None
         sources.append(index[leader.current])

@@ -29,7 +29,8 @@ An empty mirror.
 
 sub new {
     my ($class) = @_;
-    # order: node names in insertion order; nodes: name -> { sid => 1 }; res: sid -> [current, target]
+    # order: node names in insertion order; nodes: name -> { sid => 1 }; res: sid -> its node
+    # (a stationary resource: a string, no array per guest) or [current, target] (a moving one)
     return bless { order => [], nodes => {}, res => {} }, $class;
 }
 
@@ -76,11 +77,12 @@ sub remove_node {
     my $sids = delete $self->{nodes}{$name} or return 0;
     $self->{order} = [ grep { $_ ne $name } @{ $self->{order} } ];
     for my $sid (keys %$sids) {
-        my ($current, $target) = @{ $self->{res}{$sid} };
-        if (!defined $target) {
+        my $placement = $self->{res}{$sid};
+        if (!ref $placement) {
             delete $self->{res}{$sid};
         } else {
-            $self->{res}{$sid} = [ $current eq $name ? $target : $current ];
+            my ($current, $target) = @$placement;
+            $self->{res}{$sid} = $current eq $name ? $target : $current;
         }
     }
     return 1;
@@ -124,12 +126,12 @@ sub add_resource {
     my $nodes = $self->{nodes};
     if (!defined $target && exists $nodes->{$current} && !exists $self->{res}{$sid}) {
         # The common case, checked inline.
-        $self->{res}{$sid} = [$current];
+        $self->{res}{$sid} = $current;
         $nodes->{$current}{$sid} = 1;
         return;
     }
     $self->check_resource($sid, $current, $target);
-    $self->{res}{$sid} = defined $target ? [ $current, $target ] : [$current];
+    $self->{res}{$sid} = defined $target ? [ $current, $target ] : $current;
     $nodes->{$current}{$sid} = 1;
     $nodes->{$target}{$sid} = 1 if defined $target;
     return;
@@ -141,9 +143,10 @@ sub add_resource {
 
 sub remove_resource {
     my ($self, $sid) = @_;
-    my $placement = delete $self->{res}{$sid} or return 0;
+    return 0 if !exists $self->{res}{$sid};
+    my $placement = delete $self->{res}{$sid};
     my $nodes = $self->{nodes};
-    delete $nodes->{$_}{$sid} for grep { exists $nodes->{$_} } @$placement;
+    delete $nodes->{$_}{$sid} for grep { exists $nodes->{$_} } ref $placement ? @$placement : $placement;
     return 1;
 }
 
@@ -157,10 +160,10 @@ moving to target node '<target>'>.
 
 sub legacy_add {
     my ($self, $node, $sid) = @_;
+    return $self->add_resource($sid, $node) if !exists $self->{res}{$sid};
     my $placement = $self->{res}{$sid};
-    return $self->add_resource($sid, $node) if !$placement;
-    my ($current, $target) = @$placement;
-    die "resource '$sid' is already moving to target node '$target'\n" if defined $target;
+    die "resource '$sid' is already moving to target node '$placement->[1]'\n" if ref $placement;
+    my $current = $placement;
     $self->_check_placement($sid, $current, $node);
     $self->remove_resource($sid);
     $self->add_resource($sid, $current, $node);

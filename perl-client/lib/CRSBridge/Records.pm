@@ -88,10 +88,11 @@ sub resource_param {
         my ($s, $running, $current, $target) = @$r{ 'stats', 'running', 'current-node', 'target-node' };
         last FAST if ref $s ne 'HASH' || !(_number($running) || _bool($running));
         # A plain string (not a number, not a reference), not empty, needing no JSON escapes.
-        last FAST if !defined $current || ref $current || _number($current) || $current !~ /\A[^"\\\x00-\x1f]+\z/;
+        last FAST if !defined $current || ref $current || _number($current) || $current =~ /["\\\x00-\x1f]/
+            || $current eq '';
         my $target_json = 'null';
         if (defined $target) {
-            last FAST if ref $target || _number($target) || $target !~ /\A[^"\\\x00-\x1f]+\z/;
+            last FAST if ref $target || _number($target) || $target =~ /["\\\x00-\x1f]/ || $target eq '';
             $target_json = qq("$target");
         }
         my $stats;
@@ -131,8 +132,6 @@ sub _cores_json {
     return $_[0] == int($_[0]) ? int($_[0]) : json_num($_[0]);
 }
 
-sub _name { return defined $_[0] && !ref $_[0] && !_number($_[0]) && $_[0] ne '' }
-
 # A plain number within crs-bridge's bounds (NaN fails both comparisons).
 sub _cores { return defined $_[0] && _number($_[0]) && $_[0] >= 0 && $_[0] <= MAX_CORES }
 sub _bytes { return defined $_[0] && _number($_[0]) && $_[0] >= 0 && $_[0] <= MAX_BYTES }
@@ -148,39 +147,53 @@ sub candidates_param {
     my $list = $_[0];
     $list = $$list while _scalar_ref($list);
     arg_string_list($list) if (Scalar::Util::reftype($list) // '') ne 'ARRAY';    # dies with serde's message
-    my @parts;
-    for my $c (@$list) {
-        push @parts, _candidate_fast($c) // _candidate_exact($c);
+    my (@parts, %lists);    # %lists: name lists already rendered by _names_fast, by their join
+    CANDIDATE: for my $c (@$list) {
+        # The common shape, written out: it runs for every bundle of every HA round.
+        FAST: {
+            last FAST if ref $c ne 'HASH';
+            my ($leader, $resources, $nodes) = @$c{qw(leader resources nodes)};
+            last FAST if ref $resources ne 'ARRAY' || ref $nodes ne 'ARRAY' || !_plain_name($leader);
+            # Most bundles are one guest: its single name is checked like the leader.
+            my $r = @$resources == 1 && _plain_name($resources->[0]) ? qq(["$resources->[0]"]) : _names_fast($resources);
+            last FAST if !defined $r;
+            my $n = _names_fast($nodes, \%lists);
+            last FAST if !defined $n;
+            push @parts, qq({"leader":"$leader","resources":$r,"nodes":$n});
+            next CANDIDATE;
+        }
+        push @parts, _candidate_exact($c);
     }
     return '[' . join(',', @parts) . ']';
 }
 
 sub _scalar_ref { return ref $_[0] eq 'SCALAR' || ref $_[0] eq 'REF' }
 
-sub _candidate_fast {
-    my ($c) = @_;
-    return undef if ref $c ne 'HASH';
-    my ($leader, $resources, $nodes) = @$c{qw(leader resources nodes)};
-    return undef if ref $resources ne 'ARRAY' || ref $nodes ne 'ARRAY' || !_name($leader);
-    my $r = _names_fast($resources) // return undef;
-    my $n = _names_fast($nodes) // return undef;
-    return '{"leader":' . json_str($leader) . ',"resources":' . $r . ',"nodes":' . $n . '}';
+# A plain string (not a number, not a reference), not empty, needing no JSON escapes.
+sub _plain_name {
+    return defined $_[0] && !ref $_[0] && !_number($_[0]) && $_[0] !~ /["\\\x00-\x1f]/ && $_[0] ne '';
 }
 
 # A list of names that are plain strings needing no escapes, rendered by one join; undef when
 # an element might be something else. Numbers stringify to something starting with a digit, a
 # sign or a dot, references to "...(0x...)", undef to an empty element; such lists (and names
 # that merely look like that) take the exact path. (Inf and NaN pass as the names "Inf" and
-# "NaN", which the server then reports as unknown.)
+# "NaN", which the server then reports as unknown.) With \%seen, lists already rendered are
+# looked up by their join (the verdict depends on nothing else): the HA manager's candidates
+# repeat the same few target lists.
 sub _names_fast {
-    my ($list) = @_;
+    my ($list, $seen) = @_;
     return '[]' if !@$list;
     no warnings 'uninitialized';
     my $joined = join("\0", @$list);
+    my $json = $seen && $seen->{$joined};
+    return $json if $json;
     return undef if ($joined =~ tr/\x00-\x1f"\\//) != $#$list || $joined eq ''
         || $joined =~ /\0[-+.0-9\0]/ || $joined =~ /^[-+.0-9\0]/ || substr($joined, -1) eq "\0"
         || index($joined, '(0x') >= 0;
-    return '["' . join('","', @$list) . '"]';
+    $json = '["' . join('","', @$list) . '"]';
+    $seen->{$joined} = $json if $seen;
+    return $json;
 }
 
 sub _candidate_exact {

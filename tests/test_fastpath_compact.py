@@ -1,0 +1,178 @@
+"""The compact-bundle bulk paths agree with the one-at-a-time paths they stand in for.
+
+* :func:`bridge.fastpath.compact_columns` against the pydantic models (the wire schema): it may
+  only accept what :class:`bridge.models.CompactCandidate` accepts, with the same names; whatever
+  it turns down goes to the models, so a call's errors are the models' own.
+* :func:`core.candidates.expand_compact_columns` against :func:`core.candidates.expand_compact`
+  on the bundles as objects: the same batch, or the same error.
+
+The expected side is always the slow path, never a hard-coded result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from bridge import convert, fastpath
+from bridge import models as m
+from bridge.errors import ParamsError
+from bridge.methods import Bridge
+from core import CompactColumns, InvalidInputError, NodeStats, ResourceStats, SchedulingError, new_scheduler
+from core.candidates import expand_compact, expand_compact_columns
+from core.limits import MAX_BYTES
+
+# -- the fast path against the models ---------------------------------------------------------
+
+# Values of every kind a JSON decoder can hand over where a name belongs, valid and not.
+NAMES = st.sampled_from(["n1", "n2", "vm:1", "vm:2", "ü-ñode", "", 1, 1.5, None, True, ["n1"], {"a": 1}])
+NAME_LISTS = st.one_of(st.lists(NAMES, max_size=4), st.sampled_from([None, "n1", 3, {"n1": 1}]))
+
+
+@st.composite
+def bundle_records(draw):
+    record = {"leader": draw(NAMES), "resources": draw(NAME_LISTS), "nodes": draw(NAME_LISTS)}
+    for key in draw(st.sets(st.sampled_from(list(record)), max_size=1)):
+        del record[key]  # sometimes a key is missing
+    if draw(st.booleans()):
+        record["extra"] = draw(st.sampled_from([1, "x", None]))  # unknown keys are ignored
+    return record
+
+
+def model_bundles(candidates: list) -> list:
+    """The models' validation of ``candidates`` as a call's param (raises ValidationError)."""
+    params = m.ScoreCandidatesParams.model_validate({"scheduler": "s1", "candidates": candidates, "limit": 1})
+    return params.candidates
+
+
+def check_agreement(candidates: list) -> CompactColumns | None:
+    """The fast path accepts only what the models accept, with the same names; returns its columns."""
+    fast = fastpath.compact_columns(candidates)
+    try:
+        slow = model_bundles(candidates)
+    except ValidationError:
+        assert fast is None
+        return None
+    if fast is not None:
+        assert fast.bundles() == convert.candidates_to_core(slow)
+    return fast
+
+
+@given(st.lists(bundle_records(), min_size=1, max_size=5))
+def test_fast_path_accepts_only_what_the_models_accept(candidates):
+    check_agreement(candidates)
+
+
+VALID = st.sampled_from(["n1", "vm:1", "ü-ñode", "0", "a\"b"])
+
+
+VALID_BUNDLES = st.fixed_dictionaries({"leader": VALID, "resources": st.lists(VALID), "nodes": st.lists(VALID)})
+
+
+@given(st.lists(VALID_BUNDLES, min_size=1))
+def test_plain_valid_bundles_take_the_fast_path(candidates):
+    assert check_agreement(candidates) is not None
+
+
+def test_expanded_candidates_and_non_lists_are_not_taken_for_bundles():
+    expanded = [{"sid": "vm:1", "source-node": "n1", "target-node": "n2", "stats": {}}]
+    assert fastpath.compact_columns(expanded) is None
+    assert fastpath.compact_columns([]) is None
+    assert fastpath.compact_columns({"leader": "vm:1"}) is None
+    assert fastpath.compact_columns(["vm:1"]) is None
+
+
+def test_a_call_names_a_bad_bundle_deep_in_a_big_list_as_the_models_do():
+    bridge = Bridge()
+    handle = bridge.call("scheduler.new", {"mode": "static"})["scheduler"]
+    candidates = [{"leader": f"vm:{i}", "resources": [f"vm:{i}"], "nodes": ["n2", "n3"]} for i in range(500)]
+    candidates[321]["nodes"][1] = 7
+    params = {"scheduler": handle, "candidates": candidates, "limit": 1}
+    with pytest.raises(ParamsError) as call:
+        bridge.call("scheduler.score_best_balancing_migration_candidates", params)
+    with pytest.raises(ValidationError) as models:
+        model_bundles(candidates)
+    assert call.value.errors == ParamsError.from_validation(models.value).errors
+    assert call.value.errors[0][0] == "candidates[321].nodes[1]"
+
+
+# -- expansion from columns against expansion of objects ----------------------------------------
+
+NODE_NAMES = ["n1", "n2", "n3"]
+SIDS = ["vm:1", "vm:2", "vm:3", "vm:4", "vm:5"]
+
+
+@st.composite
+def clusters(draw):
+    """A dynamic or static scheduler with some of SIDS placed (stationary or moving)."""
+    mode = draw(st.sampled_from(["static", "dynamic"]))
+    scheduler = new_scheduler(mode)
+    for name in NODE_NAMES:
+        if mode == "static":
+            scheduler.add_node(name, 8, 64 << 30)
+        else:
+            scheduler.add_node(name, NodeStats.checked(draw(st.floats(0, 8)), 8, 1 << 30, 64 << 30))
+    for sid in draw(st.lists(st.sampled_from(SIDS), unique=True)):
+        cpu = draw(st.sampled_from([0.0, 0.1, 0.7, 1.0, 3.25]))
+        mem = draw(st.sampled_from([0, 1, 1 << 30, MAX_BYTES // 4]))
+        stats = ResourceStats.checked(cpu, 4.0, mem, MAX_BYTES // 4)
+        current = draw(st.sampled_from(NODE_NAMES))
+        target = draw(st.sampled_from([None, None, *NODE_NAMES]))
+        add = scheduler.add_service if mode == "static" else scheduler.add_resource
+        with contextlib.suppress(SchedulingError, InvalidInputError):  # same nodes, too much memory
+            add(sid, stats, draw(st.booleans()), current, target)
+    return scheduler
+
+
+@st.composite
+def bundle_columns(draw):
+    """Bundles over SIDS (and an unknown sid), valid and not, as columns."""
+    sid = st.sampled_from([*SIDS, "vm:x"])
+    leaders, resources, nodes = [], [], []
+    for _ in range(draw(st.integers(0, 5))):
+        leader = draw(sid)
+        members = draw(st.lists(sid, max_size=3))
+        if draw(st.integers(0, 3)):
+            members = [leader, *members]  # mostly the leader is a member, sometimes twice
+        leaders.append(leader)
+        resources.append(members)
+        nodes.append(draw(st.lists(st.sampled_from([*NODE_NAMES, "n9"]), max_size=3)))
+    return CompactColumns(leaders, resources, nodes)
+
+
+def outcome(build):
+    """A batch's columns (floats by their bits), or the error it raised (type and message)."""
+    try:
+        batch = build()
+    except (SchedulingError, InvalidInputError) as exc:
+        return type(exc), str(exc)
+    cpu = [struct.pack("<d", v) for v in batch.cpu.tolist()]
+    arrays = (batch.sid_index, batch.src, batch.tgt, batch.mem)
+    assert all(a.dtype == np.int64 for a in arrays) and batch.cpu.dtype == np.float64
+    return batch.sids, [a.tolist() for a in arrays], cpu, batch.view.names
+
+
+@given(clusters(), bundle_columns())
+def test_columns_expand_as_the_bundles_do(scheduler, columns):
+    view = scheduler.view()
+    fast = outcome(lambda: expand_compact_columns(scheduler.usage, view, columns))
+    slow = outcome(lambda: expand_compact(scheduler.usage, view, columns.bundles()))
+    assert fast == slow
+
+
+def test_valid_bundles_score_alike_as_columns_and_as_objects():
+    scheduler = new_scheduler("dynamic")
+    for i, name in enumerate(NODE_NAMES):
+        scheduler.add_node(name, NodeStats.checked(1.5 * i, 8, (i + 1) << 30, 64 << 30))
+    for i, sid in enumerate(SIDS):
+        scheduler.add_resource(sid, ResourceStats.checked(0.3 * i, 4.0, i << 28, 1 << 30), True, "n1")
+    columns = CompactColumns(["vm:1", "vm:3"], [["vm:1", "vm:2"], ["vm:3"]], [["n2", "n3"], ["n3"]])
+    assert scheduler.score_best_balancing_migration_candidates(
+        columns, 3
+    ) == scheduler.score_best_balancing_migration_candidates(columns.bundles(), 3)
