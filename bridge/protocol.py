@@ -8,18 +8,21 @@ bytes, or None when nothing is to be answered (a notification, or a batch of not
   JSON-schema request validator (same acceptance rules, plus a message saying what is wrong).
   Batch elements are checked one by one, so a batch answers each invalid element with its own
   -32600, as JSON-RPC 2.0 specifies (an empty batch gets a single -32600).
-* Each valid request is dispatched to :meth:`Bridge.call`, whose exceptions become error codes
-  (see :func:`error_for`); a notification's call runs too, and its answer is dropped. (This is
-  what jsonrpcserver's dispatcher did here, answer for answer, without importing it: it pulled
-  in jsonschema and asyncio, a sixth of the server's start-up, and cost half of a small call.)
+* Each valid request is dispatched by jsonrpcserver (:func:`jsonrpcserver.dispatch_to_serializable`,
+  given the already decoded and checked request, so its own JSON parsing and JSON-schema
+  validation are skipped) to :meth:`Bridge.call`, whose exceptions become error codes (see
+  :func:`error_for`); a notification's call runs too, and its answer is dropped.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
 import orjson
+from jsonrpcserver import Error, Success, dispatch_to_serializable
+from jsonrpcserver.sentinels import NODATA
 
 from core import InvalidInputError, SchedulingError
 
@@ -39,7 +42,6 @@ SCHEDULING_ERROR = -32000
 UNKNOWN_HANDLE = -32001
 
 _MEMBERS = frozenset({"jsonrpc", "method", "id", "params"})
-_NO_ID = object()  # a request without "id": a notification
 
 
 class JsonRpcError(Exception):
@@ -132,6 +134,8 @@ class Protocol:
     def __init__(self, bridge: Bridge) -> None:
         self.bridge = bridge
         self._decoded: Any = None
+        # jsonrpcserver's method table: every method of the bridge, bound to _invoke.
+        self._methods = {name: functools.partial(self._invoke, name) for name in bridge.methods}
 
     def handle(self, message: bytes) -> bytes | None:
         """Answer one message (a request or a batch); None when there is nothing to answer.
@@ -181,18 +185,25 @@ class Protocol:
         problem = request_problem(request)
         if problem is not None:
             return error_response(INVALID_REQUEST, f"Invalid request: {problem}")
-        name, ident = request["method"], request.get("id", _NO_ID)
-        if name in self.bridge.methods:
-            response = self._call(name, request.get("params"), None if ident is _NO_ID else ident)
-        else:
+        name = request["method"]
+        if name not in self._methods:
+            if "id" not in request:
+                return None
             shown = shorten(name)
-            response = error_response(METHOD_NOT_FOUND, f"Method not found: '{shown}'", shown, ident)
-        return None if ident is _NO_ID else response
+            return error_response(METHOD_NOT_FOUND, f"Method not found: '{shown}'", shown, request["id"])
+        return dispatch_to_serializable(request, self._methods, deserializer=_checked, validator=_checked)
 
-    def _call(self, name: str, params: list | dict | None, ident: Any) -> dict:
+    def _invoke(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        """Run one method for jsonrpcserver: positional params arrive as ``args``, named ones as
+        ``kwargs`` (no params, [] and {} alike); every failure becomes an error result."""
         try:
-            result = self.bridge.call(name, params or {})  # no params, [] and {} alike
-        except Exception as exc:  # every failure becomes an error response; bugs are logged
+            result = self.bridge.call(name, list(args) if args else kwargs)
+        except Exception as exc:  # bugs are logged by error_for
             error = error_for(exc)
-            return error_response(error.code, error.message, error.data, ident)
-        return {"jsonrpc": "2.0", "result": result, "id": ident}
+            return Error(error.code, error.message, NODATA if error.data is None else error.data)
+        return Success(result)
+
+
+def _checked(request: Any) -> Any:
+    """jsonrpcserver's deserializer and validator: the request arrives decoded and checked."""
+    return request
