@@ -112,6 +112,9 @@ class Scheduler:
         """Extra: the TOPSIS-best migration, or None."""
         return self.select_best_balancing_migration(candidates, None, "topsis")
 
+    def _add_resource(self, sid: str, stats: ResourceStats, running: bool, current: str, target: str | None) -> None:
+        self.usage.add_resource(sid, Resource(stats, bool(running), current, target))
+
     def _start_scores(self, stats: ResourceStats) -> list[tuple[str, float]]:
         return score_nodes_to_start(self.view(self.start_view), _checked(stats, "stats"))
 
@@ -139,8 +142,7 @@ class StaticScheduler(Scheduler):
         trusted: bool = False,
     ) -> None:
         """Add a service (``stats`` from :meth:`ResourceStats.static`); moving when ``target`` is set."""
-        stats = _checked(stats, "service.stats", trusted)
-        self.usage.add_resource(sid, Resource(stats, bool(running), current, target))
+        self._add_resource(sid, _checked(stats, "service.stats", trusted), running, current, target)
 
     def add_service_usage_to_node(
         self, nodename: str, sid: str, stats: ResourceStats, *, trusted: bool = False
@@ -178,8 +180,7 @@ class DynamicScheduler(Scheduler):
         trusted: bool = False,
     ) -> None:
         """Add a resource with measured ``stats``; moving when ``target`` is set."""
-        stats = _checked(stats, "resource.stats", trusted)
-        self.usage.add_resource(sid, Resource(stats, bool(running), current, target))
+        self._add_resource(sid, _checked(stats, "resource.stats", trusted), running, current, target)
 
     def remove_resource(self, sid: str) -> None:
         self.usage.remove_resource(sid)
