@@ -5,7 +5,7 @@
 #
 #   PATH=.venv/bin:$PATH perl benchmarks/perl_round.pl [--rounds 50] [--nodes 16] [--guests 2000]
 #       [--mode static|dynamic] [--json PP|XS]   (no --json: runs each available backend)
-#       [--split]                (client-side time per phase)
+#       [--split]                (time per phase, and the client's CPU time in it)
 #       [--server-trace FILE]    (run the server with --trace FILE and print its time per request kind)
 
 use strict;
@@ -16,7 +16,8 @@ use lib "$FindBin::Bin/../perl-client/lib";
 
 use Getopt::Long;
 use List::Util ();
-use Time::HiRes qw(time);
+use POSIX ();
+use Time::HiRes qw(time clock_gettime CLOCK_PROCESS_CPUTIME_ID);
 
 my %opt = (rounds => 50, nodes => 16, guests => 2000, mode => 'static');
 GetOptions(\%opt, 'rounds=i', 'nodes=i', 'guests=i', 'mode=s', 'json=s', 'split', 'server-trace=s')
@@ -74,8 +75,7 @@ my @candidates = map {
 
 # CPU seconds used by this (client) process so far; the server's time is not in it.
 sub cpu {
-    my ($user, $system) = times;
-    return $user + $system;
+    return clock_gettime(CLOCK_PROCESS_CPUTIME_ID);
 }
 
 sub round {
@@ -106,14 +106,14 @@ sub round {
             });
         }
     }
-    my $t1 = time;
+    my ($t1, $cpu1) = (time, cpu());
     my $imbalance = $usage->calculate_node_imbalance();
-    my $t2 = time;
+    my ($t2, $cpu2) = (time, cpu());
     my $best = $usage->score_best_balancing_migration_candidates(\@candidates, 1);
-    my $t3 = time;
+    my ($t3, $cpu3) = (time, cpu());
     undef $usage;
     die "no migration found\n" if !@$best;
-    return [ $t3 - $t0, $t1 - $t0, $t2 - $t1, $t3 - $t2, cpu() - $cpu0 ];
+    return [ $t3 - $t0, $t1 - $t0, $t2 - $t1, $t3 - $t2, cpu() - $cpu0, $cpu1 - $cpu0, $cpu2 - $cpu1, $cpu3 - $cpu2 ];
 }
 
 sub percentile {
@@ -122,18 +122,31 @@ sub percentile {
     return $sorted[ int($p * $#sorted + 0.5) ];
 }
 
+# CPU seconds the server process has used so far (Linux: /proc; undef elsewhere).
+sub server_cpu {
+    my $pid = CRSBridge::Connection->instance->server_pid // return undef;
+    open(my $fh, '<', "/proc/$pid/stat") or return undef;
+    my @fields = split ' ', (<$fh> =~ s/^.*\) //r);    # after "pid (comm) "
+    return ($fields[11] + $fields[12]) / POSIX::sysconf(POSIX::_SC_CLK_TCK());
+}
+
 round() for 1 .. 3;    # start the server, warm up
+my $server0 = server_cpu();
 my @times = map { round() } 1 .. $opt{rounds};
+my $server1 = server_cpu();
 my $backend = CRSBridge::Codec::backend();
+my $server = defined $server0 && defined $server1
+    ? sprintf(', server CPU: mean %.1f ms', 1000 * ($server1 - $server0) / $opt{rounds}) : '';
 printf "%s (%s), %s mode, %d nodes, %d guests, %d rounds: p50 %.1f ms, p90 %.1f ms"
-    . " (client CPU: mean %.1f ms per round)\n",
+    . " (client CPU: mean %.1f ms%s per round)\n",
     $opt{json}, $backend, $opt{mode}, $opt{nodes}, $opt{guests}, $opt{rounds},
     1000 * percentile(0.5, map { $_->[0] } @times), 1000 * percentile(0.9, map { $_->[0] } @times),
-    1000 * List::Util::sum(map { $_->[4] } @times) / @times;
+    1000 * List::Util::sum(map { $_->[4] } @times) / @times, $server;
 if ($opt{split}) {
     my @names = ('new + adds (client side)', 'imbalance (incl. flush of the adds)', 'score candidates');
     for my $i (1 .. 3) {
-        printf "    %-38s p50 %.1f ms\n", $names[ $i - 1 ], 1000 * percentile(0.5, map { $_->[$i] } @times);
+        printf "    %-38s p50 %.1f ms (client CPU p50 %.1f ms)\n", $names[ $i - 1 ],
+            1000 * percentile(0.5, map { $_->[$i] } @times), 1000 * percentile(0.5, map { $_->[ $i + 4 ] } @times);
     }
 }
 

@@ -23,16 +23,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from core import CompactCandidate, InvalidInputError, Scheduler, SchedulingError
+from core import CandidateBatch, CompactCandidate, Scheduler
+from core.candidates import concat_batches
 from core.explain import explain_batch
 from core.limits import MAX_BYTES, MAX_CORES
 from core.planner import plan_rebalance
 from core.scheduler import calculate_node_imbalance, score_migrations, score_nodes_to_start, select_best_migration
 
-from . import convert, fastpath, phases
+from . import convert, fastpath, mutations, phases
 from . import models as m
-from .errors import MethodUnavailableError, MutationError, ParamsError, UnknownHandleError
-from .limits import ServerLimits, check_call_sizes
+from .errors import MethodUnavailableError, ParamsError, UnknownHandleError
+from .limits import ServerLimits, check_call_sizes, how_to_raise
 
 #: Mode key of a method that does not depend on a scheduler's mode.
 ANY_MODE = "any"
@@ -88,6 +89,8 @@ class Bridge:
     limits: ServerLimits = field(default_factory=ServerLimits)
     debug_methods: bool = False
     schedulers: dict[str, Scheduler] = field(default_factory=dict)
+    #: Candidates staged per handle (``scheduler.stage_candidates``).
+    staged: dict[str, Staging] = field(default_factory=dict)
     shutdown_requested: bool = False
     _handles: itertools.count = field(default_factory=lambda: itertools.count(1))
     _discover_cache: dict | None = None
@@ -108,6 +111,10 @@ class Bridge:
         """Run method ``name`` (it must exist) with ``params``; return its JSON result."""
         spec = self.methods[name]
         variant = self._variant(spec, params)
+        if self.staged and spec.stateful and name not in STAGING_METHODS:
+            # Staged candidates were expanded on the state of their staging: any other call on
+            # the scheduler (a mutation, say) discards them.
+            self.staged.pop(params[0] if isinstance(params, list) else params["scheduler"], None)
         validated = self._validate(spec, variant.params, params)
         phases.mark("validate")
         result = variant.run(self, validated)
@@ -134,16 +141,16 @@ class Bridge:
         if isinstance(params, list):
             params = self._named(spec, model, params)
         check_call_sizes(params, self.limits)  # before validation spends time and memory on them
-        columns = fastpath.candidate_columns(params.get("candidates")) if fastpath.takes_candidates(model) else None
+        name, bulk = _bulk_param(model, params)
         try:
-            if columns is None:
+            if bulk is None:
                 return model.model_validate(params)
-            # The candidates passed the bulk checks (the models would accept them as they are);
-            # the models check the rest, and the columns take the candidates' place.
-            rest = model.model_validate({**params, "candidates": []})
+            # The param passed the bulk checks (the models would accept it as it is); the models
+            # check the rest, and the bulk form (columns, prepared mutations) takes its place.
+            rest = model.model_validate({**params, name: []})
         except ValidationError as exc:
             raise ParamsError.from_validation(exc) from None
-        return rest.model_copy(update={"candidates": columns})
+        return rest.model_copy(update={name: bulk})
 
     @staticmethod
     def _named(spec: MethodSpec, model: type[m.Params], params: list) -> dict:
@@ -210,6 +217,17 @@ class Bridge:
         return self._discover_cache
 
 
+def _bulk_param(model: type[m.Params], params: dict) -> tuple[str, Any]:
+    """(name, bulk form) of the param a bulk path took (:mod:`bridge.fastpath` for candidates,
+    :mod:`bridge.mutations` for scheduler.apply); the bulk form is None when it did not."""
+    if fastpath.takes_candidates(model):
+        return "candidates", fastpath.candidate_columns(params.get("candidates"))
+    mode = mutations.APPLY_MODES.get(model)
+    if mode is not None:
+        return "mutations", mutations.prepared(mode, params.get("mutations"))
+    return "", None
+
+
 @functools.cache
 def _param_names(model: type[m.Params]) -> list[str]:
     """Wire names of ``model``'s fields in positional order."""
@@ -259,6 +277,7 @@ def _new(bridge: Bridge, p: m.NewSchedulerParams) -> dict:
 def _free(bridge: Bridge, p: m.SchedulerParams) -> bool:
     bridge.scheduler(p.scheduler)
     del bridge.schedulers[p.scheduler]
+    bridge.staged.pop(p.scheduler, None)
     return True
 
 
@@ -301,75 +320,14 @@ def _select_topsis(s: Scheduler, p: m.SelectTopsisParams) -> dict | None:
     return convert.scored_or_none(s.select_best_balancing_migration_topsis(convert.candidates_to_core(p.candidates)))
 
 
-# -- mutations: the binding's mutators on validated args, in binding order. Single calls and
-#    scheduler.apply both run them. The models checked every value against core.limits, so the
-#    engine takes the stats as they are (trusted) and checks only what needs its state.
-
-
-def _static_add_node(s: Any, nodename: str, maxcpu: int, maxmem: int) -> None:
-    s.add_node(nodename, maxcpu, maxmem, trusted=True)
-
-
-def _dynamic_add_node(s: Any, nodename: str, stats: m.DynamicNodeStats) -> None:
-    s.add_node(nodename, convert.node_stats(stats), trusted=True)
-
-
-def _add_service(s: Any, sid: str, svc: m.StaticService) -> None:
-    stats = convert.static_stats(svc.stats)
-    s.add_service(sid, stats, svc.running, svc.current_node, svc.target_node, trusted=True)
-
-
-def _add_service_usage(s: Any, nodename: str, sid: str, stats: m.StaticStats) -> None:
-    s.add_service_usage_to_node(nodename, sid, convert.static_stats(stats), trusted=True)
-
-
-def _add_resource(s: Any, sid: str, res: m.DynamicResource) -> None:
-    stats = convert.dynamic_stats(res.stats)
-    s.add_resource(sid, stats, res.running, res.current_node, res.target_node, trusted=True)
-
-
-#: mode -> method -> mutator(scheduler, *args); the methods of :data:`bridge.models.MUTATIONS`.
-MUTATORS: dict[str, dict[str, Callable[..., None]]] = {
-    "static": {
-        "add_node": _static_add_node,
-        "remove_node": lambda s, nodename: s.remove_node(nodename),
-        "add_service": _add_service,
-        "add_service_usage_to_node": _add_service_usage,
-        "remove_service_usage": lambda s, sid: s.remove_service_usage(sid),
-    },
-    "dynamic": {
-        "add_node": _dynamic_add_node,
-        "remove_node": lambda s, nodename: s.remove_node(nodename),
-        "add_resource": _add_resource,
-        "remove_resource": lambda s, sid: s.remove_resource(sid),
-    },
-}
-
-
-def _single(mode: str, method: str) -> Callable[[Any, Any], None]:
-    """The single call ``scheduler.<method>``: its params after the handle are the mutator's args."""
-    mutate = MUTATORS[mode][method]
-    names = [name for name in m.MUTATIONS[mode][method].model_fields if name != "scheduler"]
-    return lambda s, p: mutate(s, *[getattr(p, name) for name in names])
-
-
 def _apply(mode: str) -> Callable[[Any, Any], None]:
-    """``scheduler.apply`` for ``mode``: the mutations in order, all or nothing.
-
-    They run on a copy of the usage, which replaces the scheduler's only when every one succeeded;
-    the first failure is raised as a :class:`~bridge.errors.MutationError` naming its entry.
-    """
-    mutators = MUTATORS[mode]
+    """``scheduler.apply`` for ``mode`` (see :func:`bridge.mutations.apply`)."""
 
     def apply(s: Scheduler, p: m.StaticApplyParams | m.DynamicApplyParams) -> None:
-        trial = copy.copy(s)
-        trial.usage = s.usage.copy()
-        for index, (method, *args) in enumerate(p.mutations):
-            try:
-                mutators[method](trial, *args)
-            except (SchedulingError, InvalidInputError) as exc:
-                raise MutationError(index, method, exc) from None
-        s.usage = trial.usage
+        prepared = p.mutations  # by the bulk path, or else the models' entries
+        if not isinstance(prepared, mutations.Prepared):
+            prepared = mutations.from_models(mode, prepared)
+        mutations.apply(s, mode, prepared)
 
     return apply
 
@@ -392,8 +350,8 @@ STATEFUL = [
         "add_node",
         "Add a node: static (nodename, maxcpu cores, maxmem bytes); dynamic (nodename, measured stats).",
         None,
-        static=(m.StaticAddNodeParams, _single("static", "add_node")),
-        dynamic=(m.DynamicAddNodeParams, _single("dynamic", "add_node")),
+        static=(m.StaticAddNodeParams, mutations.single_call("static", "add_node")),
+        dynamic=(m.DynamicAddNodeParams, mutations.single_call("dynamic", "add_node")),
     ),
     _stateful(
         "remove_node",
@@ -417,13 +375,13 @@ STATEFUL = [
         "add_service",
         "Static: add a service (moving when target-node is set).",
         None,
-        static=(m.AddServiceParams, _single("static", "add_service")),
+        static=(m.AddServiceParams, mutations.single_call("static", "add_service")),
     ),
     _stateful(
         "add_service_usage_to_node",
         "Static legacy add: unknown sid -> started on nodename; known stationary sid -> moving there.",
         None,
-        static=(m.AddServiceUsageParams, _single("static", "add_service_usage_to_node")),
+        static=(m.AddServiceUsageParams, mutations.single_call("static", "add_service_usage_to_node")),
     ),
     _stateful(
         "remove_service_usage",
@@ -435,7 +393,7 @@ STATEFUL = [
         "add_resource",
         "Dynamic: add a resource (moving when target-node is set).",
         None,
-        dynamic=(m.AddResourceParams, _single("dynamic", "add_resource")),
+        dynamic=(m.AddResourceParams, mutations.single_call("dynamic", "add_resource")),
     ),
     _stateful(
         "remove_resource",
@@ -630,7 +588,72 @@ PLANNING = [
 ]
 
 
-METHODS: list[MethodSpec] = HEADLINE + PLANNING + STATEFUL + SERVICE
+# -- staged candidates: a long candidate list sent in parts, expanded while the rest is built ---
+
+
+@dataclass
+class Staging:
+    """Candidates staged for one scheduler: the expanded parts in order, and how many entries
+    (bundles or expanded candidates) of the staged lists they came from."""
+
+    count: int = 0
+    parts: list[CandidateBatch] = field(default_factory=list)
+
+
+def _stage_candidates(bridge: Bridge, p: m.StageCandidatesParams) -> int:
+    scheduler = bridge.scheduler(p.scheduler)
+    staged = bridge.staged.pop(p.scheduler, None)  # a failing call leaves nothing staged
+    part = scheduler.candidate_batch(convert.candidates_to_core(p.candidates))
+    staging = staged if p.append and staged is not None else Staging()
+    rows = sum(map(len, staging.parts)) + len(part)
+    if rows > bridge.limits.max_candidates:
+        problem = f"{rows} staged expanded candidates exceed the limit of {bridge.limits.max_candidates} per call"
+        raise ParamsError([("candidates", f"{problem} ({how_to_raise('max_candidates')})")])
+    staging.parts.append(part)
+    staging.count += len(p.candidates)
+    bridge.staged[p.scheduler] = staging
+    return staging.count
+
+
+def _score_staged(bridge: Bridge, p: m.ScoreStagedParams) -> list[dict]:
+    scheduler = bridge.scheduler(p.scheduler)
+    staging = bridge.staged.pop(p.scheduler, None) or Staging()
+    if staging.count != p.count:
+        problem = f"{staging.count} candidates are staged, not {p.count} (a failed or lost staging: stage them again)"
+        raise ParamsError([("count", problem)])
+    batch = concat_batches(staging.parts) if staging.parts else scheduler.candidate_batch([])
+    return convert.scored_list(score_migrations(batch, p.limit, p.method, scheduler.formula))
+
+
+def _staging(name: str, summary: str, result: Any, model: type[m.Params], run: Callable) -> MethodSpec:
+    variant = Variant(model, run)
+    return MethodSpec(f"scheduler.{name}", summary, result, {"static": variant, "dynamic": variant})
+
+
+STAGING = [
+    _staging(
+        "stage_candidates",
+        "Extra: expand candidates (a part of a long list) on the scheduler's state and keep them for "
+        "score_staged_candidates; append=false starts afresh. Returns the entries staged in all. Any other "
+        "call on the scheduler discards them.",
+        int,
+        m.StageCandidatesParams,
+        _stage_candidates,
+    ),
+    _staging(
+        "score_staged_candidates",
+        "Extra: score the staged candidates as score_best_balancing_migration_candidates[_topsis] scores "
+        "the whole list (method), if count entries are staged; the staging is then consumed.",
+        ScoredList,
+        m.ScoreStagedParams,
+        _score_staged,
+    ),
+]
+
+#: The methods that keep a scheduler's staged candidates.
+STAGING_METHODS = frozenset(spec.name for spec in STAGING)
+
+METHODS: list[MethodSpec] = HEADLINE + PLANNING + STATEFUL + STAGING + SERVICE
 
 #: Registered only with ``serve --debug-methods``: provokes the -32603 path in tests.
 DEBUG_RAISE = _stateless("debug.raise", "Test aid: fail with an internal error.", None, m.NoParams, _debug_raise)

@@ -424,6 +424,24 @@ class SelectTopsisParams(SchedulerParams):
     candidates: Candidates
 
 
+class StageCandidatesParams(SchedulerParams):
+    """Extra ``stage_candidates``: candidates sent in parts, scored by ``score_staged_candidates``."""
+
+    candidates: Candidates
+    append: bool = Field(default=False, description="add to the candidates staged so far; false: stage afresh")
+
+
+class ScoreStagedParams(SchedulerParams):
+    """Extra ``score_staged_candidates``: score the staged candidates as one list."""
+
+    count: Count = Field(
+        description="entries staged (of the candidates lists, in all) as the caller counts them; "
+        "another count is an error, so that a lost or stale staging cannot pass for the caller's"
+    )
+    limit: Count = Field(description="return at most this many, best first")
+    method: Method = "bruteforce"
+
+
 class StartServiceParams(SchedulerParams):
     """Static ``score_nodes_to_start_service``."""
 

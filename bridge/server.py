@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import IO
 
-from . import phases
+from . import memory, phases
 from .errors import shorten
 from .limits import ServerLimits
 from .methods import Bridge
@@ -122,6 +122,7 @@ def serve(
     (1 when reading or writing fails other than by the client going away)."""
     signals = _Signals()
     signals.install()
+    memory.keep_freed_memory()  # no page faults for every call's arrays
     limits = limits or ServerLimits()
     bridge = Bridge(limits=limits, debug_methods=debug_methods)
     protocol = Protocol(bridge)

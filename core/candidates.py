@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
 
 import numpy as np
 
@@ -260,12 +259,20 @@ def _valid_compact_batch(usage: Usage, view: NodeView, compact: CompactColumns) 
         sources.append(index[leader.current])
         cpu.append(bundle_cpu)
         mem.append(bundle_mem)
-    counts = np.fromiter(map(len, compact.nodes), dtype=np.int64, count=len(compact))
-    targets = list(chain.from_iterable(compact.nodes))
-    try:
-        tgt = np.fromiter(map(index.__getitem__, targets), dtype=np.int64, count=len(targets))
-    except KeyError:  # an unknown target node
-        return None
+    # Target lists repeat (all nodes but the guest's own, say): each distinct one is looked up once.
+    positions: dict[tuple[str, ...], np.ndarray] = {}
+    parts = []
+    for names in compact.nodes:
+        key = tuple(names)
+        found = positions.get(key)
+        if found is None:
+            try:
+                found = positions[key] = np.fromiter(map(index.__getitem__, key), dtype=np.int64, count=len(key))
+            except KeyError:  # an unknown target node
+                return None
+        parts.append(found)
+    counts = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+    tgt = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
     src = np.repeat(np.array(sources, dtype=np.int64), counts)
     if (tgt == src).any():
         return None
@@ -277,6 +284,29 @@ def _valid_compact_batch(usage: Usage, view: NodeView, compact: CompactColumns) 
         tgt=tgt,
         cpu=np.repeat(np.array(cpu, dtype=np.float64), counts),
         mem=np.repeat(np.array(mem, dtype=np.int64), counts),
+    )
+
+
+def concat_batches(parts: Sequence[CandidateBatch]) -> CandidateBatch:
+    """The batch of the candidate lists of ``parts`` (at least one) one after the other, as if expanded as one
+    list (the same rows in the same order; scores and their order are those of that list).
+
+    Every part must be over the same node view (the same cluster state); the first one's is kept.
+    """
+    if len(parts) == 1:
+        return parts[0]
+    view = parts[0].view
+    if any(part.view.names != view.names for part in parts):
+        raise ValueError("candidate batches over different node views")
+    offsets = np.cumsum([0] + [len(part.sids) for part in parts[:-1]])
+    return CandidateBatch(
+        view=view,
+        sids=[sid for part in parts for sid in part.sids],
+        sid_index=np.concatenate([part.sid_index + offset for part, offset in zip(parts, offsets.tolist())]),
+        src=np.concatenate([part.src for part in parts]),
+        tgt=np.concatenate([part.tgt for part in parts]),
+        cpu=np.concatenate([part.cpu for part in parts]),
+        mem=np.concatenate([part.mem for part in parts]),
     )
 
 

@@ -1,8 +1,8 @@
 """Scheduler objects with the binding's method surface: :class:`StaticScheduler` mirrors
 ``PVE::RS::ResourceScheduling::Static``, :class:`DynamicScheduler` mirrors ``::Dynamic``.
 
-Each holds one :class:`Usage` and an imbalance formula; every query aggregates a fresh view
-(nothing is cached), exactly as upstream does.
+Each holds one :class:`Usage` and an imbalance formula; queries aggregate the usage into a view
+as upstream does, once per state (:meth:`Usage.view` keeps it until the next change).
 """
 
 from __future__ import annotations

@@ -129,6 +129,7 @@ class Usage:
     def __init__(self) -> None:
         self._nodes: dict[str, _Node] = {}
         self._resources: dict[str, Resource] = {}
+        self._views: dict[Aggregation, NodeView] = {}  # until the next change (see view)
 
     def copy(self) -> Usage:
         """An independent copy: same nodes, resources and orders (stats and resources are
@@ -146,12 +147,14 @@ class Usage:
         if name in self._nodes:
             raise SchedulingError(f"node '{name}' already exists")
         self._nodes[name] = _Node(stats)
+        self._views.clear()
 
     def remove_node(self, name: str) -> None:
         """Remove a node; never fails. Its stationary resources go; moving ones stay on the other node."""
         node = self._nodes.pop(name, None)
         if node is None:
             return
+        self._views.clear()
         for sid in node.sids:
             res = self._resources[sid]
             if res.target is None:
@@ -202,6 +205,7 @@ class Usage:
         self.check_resource(sid, resource)
         self._check_memory(sid, resource)
         self._resources[sid] = resource
+        self._views.clear()
         for name in resource.nodes():
             node = self._nodes[name]
             node.sids[sid] = None
@@ -220,6 +224,7 @@ class Usage:
         """Remove a resource from its node(s); never fails (unknown sid is a no-op)."""
         res = self._resources.pop(sid, None)
         if res is not None:
+            self._views.clear()
             for name in res.nodes():
                 node = self._nodes[name]
                 if node.sids.pop(sid, False) is None:
@@ -249,9 +254,20 @@ class Usage:
     # -- views -------------------------------------------------------------------------
 
     def view(self, aggregation: Aggregation) -> NodeView:
-        """Aggregate node stats (see :class:`Aggregation`) into a :class:`NodeView` in node order."""
-        stats = [self._aggregate(node, aggregation) for node in self._nodes.values()]
-        return NodeView.from_stats(self._nodes, stats)
+        """Aggregate node stats (see :class:`Aggregation`) into a :class:`NodeView` in node order.
+
+        Aggregated once per state: the view is kept until the next change (an HA round asks for
+        the imbalance and then scores candidates, a scoring in parts asks once per part), and
+        its arrays are read-only, so that no caller can change what the next one gets.
+        """
+        view = self._views.get(aggregation)
+        if view is None:
+            stats = [self._aggregate(node, aggregation) for node in self._nodes.values()]
+            view = NodeView.from_stats(self._nodes, stats)
+            for column in (view.cpu, view.maxcpu, view.mem, view.maxmem):
+                column.flags.writeable = False
+            self._views[aggregation] = view
+        return view
 
     def _aggregate(self, node: _Node, aggregation: Aggregation) -> NodeStats:
         stats = node.stats

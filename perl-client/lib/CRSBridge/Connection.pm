@@ -17,8 +17,9 @@ use Time::HiRes qw(time);
 use CRSBridge::Codec qw(decode_json_text json_str);
 use CRSBridge::Process;
 
-# Buffered mutations are sent once this many have piled up (over all objects).
-use constant CHUNK => 500;
+# Buffered mutations are sent once this many have piled up (over all objects): the server
+# applies them while Perl builds the next ones, and a query waits for at most this many.
+use constant CHUNK => 250;
 # Most journal entries in one scheduler.apply (a replay of a longer journal takes several).
 use constant APPLY_MAX => 10000;
 
@@ -124,9 +125,23 @@ the handle in the binding's order as JSON array elements without brackets
 
 sub mutate {
     my ($self, $st, $method, $args) = @_;
+    journal($st, qq(["$method",$args]));
+    return;
+}
+
+=item journal(\%state, $entry_json)
+
+C<mutate> with the whole journal entry, the JSON text C<[method, args...]>; a function of this
+process's connection rather than a method, for the adds a round makes by the thousand.
+
+=cut
+
+sub journal {
+    my ($st, $entry) = @_;
+    my $self = $CURRENT && $CURRENT->{pid} == $$ ? $CURRENT : instance();
     my $jf = $st->{jf};
     push @{ $self->{dirty} }, $st if $st->{sent} == @$jf;
-    push @$jf, qq(["$method",$args]);
+    push @$jf, $entry;
     $self->_flush_quietly if ++$self->{pending} >= CHUNK;
     return;
 }
@@ -180,6 +195,15 @@ sub _call_once {
     $self->_ensure_server;
     die $st->{poison} if $st && $st->{poison};
     $self->_flush;
+    my $id = $self->_send($st, $method, $params, $positional);
+    my $answer = $self->_await($id, $self->_deadline);
+    die $st->{poison} if $st && $st->{poison};
+    return $answer;
+}
+
+# Queue the request (params as for call) and return its id.
+sub _send {
+    my ($self, $st, $method, $params, $positional) = @_;
     my $id = $self->{next_id}++;
     my $rest = $params eq '' ? '' : ",$params";
     my $p = !$st ? $params
@@ -188,9 +212,57 @@ sub _call_once {
     my $line = qq({"jsonrpc":"2.0","id":$id,"method":"$method","params":$p}\n);
     utf8::encode($line);
     $self->{proc}->queue($line);
-    my $answer = $self->_await($id, $self->_deadline);
-    die $st->{poison} if $st && $st->{poison};
-    return $answer;
+    return $id;
+}
+
+=item call_series(\%state, \@calls)
+
+Sends the calls C<@calls> (C<[$method, $params_json]> pairs, as for C<call>) one after another
+without waiting, and returns their answers in order, each the whole decoded response (with its
+C<result> or its C<error>). C<$params_json> may be a code reference that returns it, called when
+the call is sent: Perl builds the next part while the server works on the last. A server that
+dies is replaced and the series sent again, as C<call> does (code references are not called
+twice); an exception of a code reference is rethrown once the calls already sent are answered.
+
+=cut
+
+sub call_series {
+    my ($self, $st, $calls) = @_;
+    _limits();
+    my $first_new = $SERVERS + 1;
+    my $new_died = 0;
+    my @params;    # as sent, for another attempt
+    while (1) {
+        my $answers = eval { $self->_call_series_once($st, $calls, \@params) };
+        return $answers if $answers;
+        my $error = $@;
+        die $error if !(ref $error && $error->isa('CRSBridge::Process::Error'));
+        my $new = $self->{number} >= $first_new;
+        $self->_server_failed($error, $calls->[-1][0], $new && $new_died++);
+    }
+}
+
+sub _call_series_once {
+    my ($self, $st, $calls, $params) = @_;
+    $self->_ensure_server;
+    die $st->{poison} if $st->{poison};
+    $self->_flush;
+    my @ids;
+    for my $i (0 .. $#$calls) {
+        my ($method, $p) = @{ $calls->[$i] };
+        if (!defined $params->[$i]) {
+            $params->[$i] = ref $p eq 'CODE' ? eval { $p->() } : $p;
+            if (!defined $params->[$i]) {
+                my $error = $@;
+                $self->_await($_, $self->_deadline) for @ids;    # keep requests and answers in step
+                die $error;
+            }
+        }
+        push @ids, $self->_send($st, $method, $params->[$i]);
+    }
+    my @answers = map { $self->_await($_, $self->_deadline) } @ids;
+    die $st->{poison} if $st->{poison};
+    return \@answers;
 }
 
 sub _result {

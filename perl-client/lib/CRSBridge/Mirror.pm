@@ -29,8 +29,9 @@ An empty mirror.
 
 sub new {
     my ($class) = @_;
-    # order: node names in insertion order; nodes: name -> { sid => 1 }; res: sid -> its node
-    # (a stationary resource: a string, no array per guest) or [current, target] (a moving one)
+    # order: node names in insertion order; nodes: name -> 1; res: sid -> its node (a stationary
+    # resource: a string, no array per guest) or [current, target] (a moving one). No index of
+    # each node's resources: only remove_node needs one, and it is rare, while adds are many.
     return bless { order => [], nodes => {}, res => {} }, $class;
 }
 
@@ -61,7 +62,7 @@ Dies with C<node '<name>' already exists>.
 sub add_node {
     my ($self, $name) = @_;
     die "node '$name' already exists\n" if exists $self->{nodes}{$name};
-    $self->{nodes}{$name} = {};
+    $self->{nodes}{$name} = 1;
     push @{ $self->{order} }, $name;
     return;
 }
@@ -74,15 +75,16 @@ Removes the node; its stationary resources go, a moving resource stays on its ot
 
 sub remove_node {
     my ($self, $name) = @_;
-    my $sids = delete $self->{nodes}{$name} or return 0;
+    delete $self->{nodes}{$name} or return 0;
     $self->{order} = [ grep { $_ ne $name } @{ $self->{order} } ];
-    for my $sid (keys %$sids) {
-        my $placement = $self->{res}{$sid};
+    my $res = $self->{res};
+    for my $sid (keys %$res) {
+        my $placement = $res->{$sid};
         if (!ref $placement) {
-            delete $self->{res}{$sid};
-        } else {
+            delete $res->{$sid} if $placement eq $name;
+        } elsif ($placement->[0] eq $name || $placement->[1] eq $name) {
             my ($current, $target) = @$placement;
-            $self->{res}{$sid} = $current eq $name ? $target : $current;
+            $res->{$sid} = $current eq $name ? $target : $current;
         }
     }
     return 1;
@@ -127,13 +129,10 @@ sub add_resource {
     if (!defined $target && exists $nodes->{$current} && !exists $self->{res}{$sid}) {
         # The common case, checked inline.
         $self->{res}{$sid} = $current;
-        $nodes->{$current}{$sid} = 1;
         return;
     }
     $self->check_resource($sid, $current, $target);
     $self->{res}{$sid} = defined $target ? [ $current, $target ] : $current;
-    $nodes->{$current}{$sid} = 1;
-    $nodes->{$target}{$sid} = 1 if defined $target;
     return;
 }
 
@@ -143,11 +142,7 @@ sub add_resource {
 
 sub remove_resource {
     my ($self, $sid) = @_;
-    return 0 if !exists $self->{res}{$sid};
-    my $placement = delete $self->{res}{$sid};
-    my $nodes = $self->{nodes};
-    delete $nodes->{$_}{$sid} for grep { exists $nodes->{$_} } ref $placement ? @$placement : $placement;
-    return 1;
+    return defined(delete $self->{res}{$sid}) ? 1 : 0;
 }
 
 =item legacy_add($node, $sid)

@@ -19,7 +19,7 @@ use CRSBridge::Args qw(
 use CRSBridge::Codec qw(json_str json_num json_int json_str_list);
 
 our @EXPORT_OK = qw(
-    static_stats_param dynamic_stats_param node_stats_param resource_param candidates_param
+    static_stats_param dynamic_stats_param node_stats_param resource_param candidates_param candidates_list
 );
 
 BEGIN {
@@ -100,10 +100,14 @@ sub resource_param {
             my ($maxcpu, $maxmem) = @$s{qw(maxcpu maxmem)};
             last FAST if !_number($maxcpu) || !($maxcpu >= 0 && $maxcpu <= MAX_CORES);
             last FAST if !_number($maxmem) || !($maxmem >= 0 && $maxmem <= MAX_BYTES);
-            $stats = '{"maxcpu":' . _cores_json($maxcpu) . ',"maxmem":' . int($maxmem) . '}';
+            my $cores = $maxcpu == int($maxcpu) ? int($maxcpu) : json_num($maxcpu);
+            $stats = qq({"maxcpu":$cores,"maxmem":) . int($maxmem) . '}';
         } else {
             my ($cpu, $maxcpu, $mem, $maxmem) = @$s{qw(cpu maxcpu mem maxmem)};
-            last FAST if !_cores($cpu) || !_cores($maxcpu) || !_bytes($mem) || !_bytes($maxmem);
+            # Plain numbers within crs-bridge's bounds (NaN fails the comparisons).
+            last FAST if !_number($cpu) || !_number($maxcpu) || !_number($mem) || !_number($maxmem)
+                || !($cpu >= 0 && $cpu <= MAX_CORES && $maxcpu >= 0 && $maxcpu <= MAX_CORES)
+                || !($mem >= 0 && $mem <= MAX_BYTES && $maxmem >= 0 && $maxmem <= MAX_BYTES);
             $stats = '{"cpu":' . _cores_json($cpu) . ',"maxcpu":' . _cores_json($maxcpu)
                 . ',"mem":' . int($mem) . ',"maxmem":' . int($maxmem) . '}';
         }
@@ -132,22 +136,30 @@ sub _cores_json {
     return $_[0] == int($_[0]) ? int($_[0]) : json_num($_[0]);
 }
 
-# A plain number within crs-bridge's bounds (NaN fails both comparisons).
-sub _cores { return defined $_[0] && _number($_[0]) && $_[0] >= 0 && $_[0] <= MAX_CORES }
-sub _bytes { return defined $_[0] && _number($_[0]) && $_[0] >= 0 && $_[0] <= MAX_BYTES }
-
 =item candidates_param($value)
 
 An array of compact candidates C<{leader, resources, nodes}> -> C<$json>. Values the server
 will refuse (unknown nodes, ...) are left to it.
 
+=item candidates_list($value)
+
+The array of candidates C<$value> refers to (as C<candidates_param> reads it), or undef when it
+is no array (C<candidates_param> then dies saying so).
+
 =cut
+
+sub candidates_list {
+    my $list = $_[0];
+    $list = $$list while _scalar_ref($list);
+    return (Scalar::Util::reftype($list) // '') eq 'ARRAY' ? $list : undef;
+}
 
 sub candidates_param {
     my $list = $_[0];
     $list = $$list while _scalar_ref($list);
     arg_string_list($list) if (Scalar::Util::reftype($list) // '') ne 'ARRAY';    # dies with serde's message
     my (@parts, %lists);    # %lists: name lists already rendered by _names_fast, by their join
+    no warnings 'uninitialized';    # an undef name joins as '' (and then takes the exact path)
     CANDIDATE: for my $c (@$list) {
         # The common shape, written out: it runs for every bundle of every HA round.
         FAST: {
@@ -157,7 +169,7 @@ sub candidates_param {
             # Most bundles are one guest: its single name is checked like the leader.
             my $r = @$resources == 1 && _plain_name($resources->[0]) ? qq(["$resources->[0]"]) : _names_fast($resources);
             last FAST if !defined $r;
-            my $n = _names_fast($nodes, \%lists);
+            my $n = $lists{ join("\0", @$nodes) } // _names_fast($nodes, \%lists);
             last FAST if !defined $n;
             push @parts, qq({"leader":"$leader","resources":$r,"nodes":$n});
             next CANDIDATE;

@@ -10,7 +10,7 @@ use CRSBridge::Args qw(check_arity check_invocant arg_string arg_usize arg_f64 c
 use CRSBridge::Codec qw(json_str json_int json_num);
 use CRSBridge::Connection;
 use CRSBridge::Mirror;
-use CRSBridge::Records qw(candidates_param);
+use CRSBridge::Records qw(candidates_param candidates_list);
 use Scalar::Util ();
 
 use parent 'CRSBridge::Planning';    # the extras plan_rebalance and explain_migrations
@@ -89,12 +89,12 @@ sub _mutate {
 # @rest: the common case written out, as it runs once per guest and HA round.
 sub _add_resource {
     my ($st, $method, $sid, $json, $refused, $current, $target) = @_;
-    my $args = ($sid =~ /["\\\x00-\x1f]/ ? json_str($sid) : qq("$sid")) . ",$json";
-    if ($refused || $sid eq '' || $st->{poison}) {
-        return _mutate($st, $method, $args, $refused || $sid eq '', add_resource => $sid, $current, $target);
+    if ($refused || $sid eq '' || $st->{poison} || $sid =~ /["\\\x00-\x1f]/) {
+        return _mutate($st, $method, json_str($sid) . ",$json", $refused || $sid eq '',
+            add_resource => $sid, $current, $target);
     }
     $st->{mirror}->add_resource($sid, $current, $target);
-    CRSBridge::Connection->instance->mutate($st, $method, $args);
+    CRSBridge::Connection::journal($st, qq(["$method","$sid",$json]));
     return;
 }
 
@@ -172,7 +172,8 @@ resources => [ sids of the bundle, leader included ], nodes => [ target nodes ] 
 an array reference of at most C<$limit> scored migrations, lowest resulting imbalance first:
 C<{ migration => { sid, 'source-node', 'target-node' }, imbalance => $number }>. Dies with
 upstream's message for an invalid candidate (e.g. C<leader 'vm:1' is non-stationary>), and
-with crs-bridge's for an unknown or same target node.
+with crs-bridge's for an unknown or same target node. A list of 1000 candidates or more is sent
+in parts that the server expands while the next one is built (the answer is the whole list's).
 
 =cut
 
@@ -196,9 +197,38 @@ sub score_best_balancing_migration_candidates_topsis {
 sub _score_migrations {
     my $method = shift;
     my $st = _state($_[0]);
+    my $staged = _score_in_parts($st, $method, $_[1], $_[2]);
+    return $staged if $staged;
     my $candidates = candidates_param($_[1]);
     my $limit = arg_usize($_[2]);
     return _query($st, $method, '"candidates":' . $candidates . ',"limit":' . json_int($limit));
+}
+
+# Lists of at least PARTS_FROM candidates go in parts of PART: each part is staged (expanded) by
+# the server while Perl renders the next, and the staged list is scored as one, with the same
+# answer as the whole list sent at once (scheduler.stage_candidates, score_staged_candidates).
+use constant { PARTS_FROM => 1000, PART => 500 };
+
+# The scores of a long list scored in parts; undef for a short list, and whenever the server
+# refused a part: the caller then sends the whole list, and dies (or not) as that call does.
+sub _score_in_parts {
+    my ($st, $method) = @_[0, 1];
+    my $list = candidates_list($_[2]);
+    return undef if !$list || @$list < PARTS_FROM;
+    my $limit = eval { arg_usize($_[3]) } // return undef;    # the caller dies in perlmod's order
+    my @calls;
+    for (my $at = 0; $at < @$list; $at += PART) {
+        my @part = @$list[ $at .. ($at + PART <= @$list ? $at + PART : @$list) - 1 ];
+        my $append = $at ? 'true' : 'false';
+        my $params = sub { '"candidates":' . candidates_param(\@part) . qq(,"append":$append) };
+        push @calls, [ 'scheduler.stage_candidates', $params ];
+    }
+    my $scorer = $method =~ /_topsis$/ ? 'topsis' : 'bruteforce';
+    push @calls, [ 'scheduler.score_staged_candidates',
+        '"count":' . @$list . ',"limit":' . json_int($limit) . qq(,"method":"$scorer") ];
+    my $answers = CRSBridge::Connection->instance->call_series($st, \@calls);
+    return undef if grep { $_->{error} } @$answers;
+    return $answers->[-1]{result};
 }
 
 =back

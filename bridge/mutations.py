@@ -1,0 +1,265 @@
+"""The binding's mutations of a scheduler, one call each or many at once (``scheduler.apply``).
+
+A mutation runs as ``MUTATORS[mode][method](scheduler, *args)`` with its arguments as the engine
+takes them: stats as :class:`core.ResourceStats` / :class:`core.NodeStats`, already within the
+bounds of :mod:`core.limits`, so the engine takes them as they are (``trusted``) and checks only
+what needs its state (names, duplicates, placement, aggregated memory).
+
+Those arguments come from the models (:func:`engine_args`: a single call's params, or the
+entries of ``scheduler.apply`` as the models validated them) or, for ``scheduler.apply``, from the
+decoded JSON directly (:func:`prepared`): a round of the HA manager applies thousands of adds in
+the one shape the Perl client writes, and a pydantic model per guest cost as much as the engine's
+own work. Like :mod:`bridge.fastpath` that is a filter, not a second schema: it takes a list only
+when it can tell that the models accept every entry and what values they give; anything else
+gets None and the models validate the list, so their errors are the only ones a client sees
+(``tests/test_mutations.py`` holds the two together).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from core import InvalidInputError, NodeStats, ResourceStats, Scheduler, SchedulingError
+from core.limits import MAX_BYTES, MAX_CORES
+
+from . import convert
+from . import models as m
+from .errors import MutationError
+
+_MAX_NODE_CORES = int(MAX_CORES)
+
+
+# -- running them ---------------------------------------------------------------------------
+
+
+def _add_service(s: Any, sid: str, stats: ResourceStats, running: bool, current: str, target: str | None) -> None:
+    s.add_service(sid, stats, running, current, target, trusted=True)
+
+
+def _add_resource(s: Any, sid: str, stats: ResourceStats, running: bool, current: str, target: str | None) -> None:
+    s.add_resource(sid, stats, running, current, target, trusted=True)
+
+
+#: mode -> method -> mutator(scheduler, *engine args); the methods of :data:`bridge.models.MUTATIONS`.
+MUTATORS: dict[str, dict[str, Callable[..., None]]] = {
+    "static": {
+        "add_node": lambda s, nodename, maxcpu, maxmem: s.add_node(nodename, maxcpu, maxmem, trusted=True),
+        "remove_node": lambda s, nodename: s.remove_node(nodename),
+        "add_service": _add_service,
+        "add_service_usage_to_node": lambda s, node, sid, stats: s.add_service_usage_to_node(
+            node, sid, stats, trusted=True
+        ),
+        "remove_service_usage": lambda s, sid: s.remove_service_usage(sid),
+    },
+    "dynamic": {
+        "add_node": lambda s, nodename, stats: s.add_node(nodename, stats, trusted=True),
+        "remove_node": lambda s, nodename: s.remove_node(nodename),
+        "add_resource": _add_resource,
+        "remove_resource": lambda s, sid: s.remove_resource(sid),
+    },
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """Mutations ready to run: ``(method, engine args)`` in order."""
+
+    entries: list[tuple[str, tuple]]
+
+
+def apply(scheduler: Scheduler, mode: str, mutations: Prepared) -> None:
+    """Run ``mutations`` on ``scheduler`` (of ``mode``) in order, all or nothing.
+
+    They run on a copy of the usage, which replaces the scheduler's only when every one
+    succeeded; the first failure is raised as a :class:`~bridge.errors.MutationError` naming its
+    entry, and the scheduler is unchanged.
+    """
+    mutators = MUTATORS[mode]
+    trial = copy.copy(scheduler)
+    trial.usage = scheduler.usage.copy()
+    for index, (method, args) in enumerate(mutations.entries):
+        try:
+            mutators[method](trial, *args)
+        except (SchedulingError, InvalidInputError) as exc:
+            raise MutationError(index, method, exc) from None
+    scheduler.usage = trial.usage
+
+
+# -- from the models ------------------------------------------------------------------------
+
+
+def _service_args(sid: str, svc: m.StaticService | m.DynamicResource, stats: ResourceStats) -> tuple:
+    return (sid, stats, svc.running, svc.current_node, svc.target_node)
+
+
+#: mode -> method -> the engine args of a mutation's model-validated args (in binding order).
+_FROM_MODELS: dict[str, dict[str, Callable[..., tuple]]] = {
+    "static": {
+        "add_node": lambda nodename, maxcpu, maxmem: (nodename, maxcpu, maxmem),
+        "remove_node": lambda nodename: (nodename,),
+        "add_service": lambda sid, svc: _service_args(sid, svc, convert.static_stats(svc.stats)),
+        "add_service_usage_to_node": lambda node, sid, stats: (node, sid, convert.static_stats(stats)),
+        "remove_service_usage": lambda sid: (sid,),
+    },
+    "dynamic": {
+        "add_node": lambda nodename, stats: (nodename, convert.node_stats(stats)),
+        "remove_node": lambda nodename: (nodename,),
+        "add_resource": lambda sid, res: _service_args(sid, res, convert.dynamic_stats(res.stats)),
+        "remove_resource": lambda sid: (sid,),
+    },
+}
+
+
+def engine_args(mode: str, method: str, args: Sequence) -> tuple:
+    """The engine args of ``method``'s model-validated ``args`` (in binding order)."""
+    return _FROM_MODELS[mode][method](*args)
+
+
+def from_models(mode: str, mutations: Sequence[tuple]) -> Prepared:
+    """``scheduler.apply``'s entries as the models validated them (``(method, *args)``), prepared."""
+    return Prepared([(method, engine_args(mode, method, args)) for method, *args in mutations])
+
+
+def single_call(mode: str, method: str) -> Callable[[Any, Any], None]:
+    """The handler ``run(scheduler, params)`` of the single call ``scheduler.<method>``."""
+    mutate = MUTATORS[mode][method]
+    names = [name for name in m.MUTATIONS[mode][method].model_fields if name != "scheduler"]
+    return lambda s, p: mutate(s, *engine_args(mode, method, [getattr(p, name) for name in names]))
+
+
+# -- straight from JSON -----------------------------------------------------------------------
+
+#: The params model of ``scheduler.apply`` per mode, and back.
+APPLY_PARAMS = {"static": m.StaticApplyParams, "dynamic": m.DynamicApplyParams}
+APPLY_MODES = {model: mode for mode, model in APPLY_PARAMS.items()}
+
+
+def prepared(mode: str, entries: Any) -> Prepared | None:
+    """``entries`` (decoded JSON) prepared, when every entry is a mutation of ``mode`` that the
+    models accept as it is; None otherwise, and whenever in doubt."""
+    if type(entries) is not list:
+        return None
+    parsers = _PARSERS[mode]
+    out = []
+    for entry in entries:
+        if type(entry) is not list or not entry or type(entry[0]) is not str:
+            return None
+        parse = parsers.get(entry[0])
+        args = None if parse is None else parse(entry)
+        if args is None:
+            return None
+        out.append((entry[0], args))
+    return Prepared(out)
+
+
+# Each value check returns the value the models would produce, or None for anything they refuse
+# or might treat differently. They are the rules of bridge/models.py's scalar types.
+
+
+def _name(value: Any) -> str | None:  # Name
+    return value if type(value) is str and value else None
+
+
+def _cores(value: Any) -> float | None:  # Cores: a strict float (ints too, not bools), finite
+    kind = type(value)
+    if (kind is float or kind is int) and 0 <= value <= MAX_CORES:
+        return float(value) + 0.0
+    return None
+
+
+def _integer(value: Any, low: int, high: int) -> int | None:
+    # A strict int (not a bool), or an integral float as the int it holds, within [low, high].
+    kind = type(value)
+    if kind is float and value.is_integer():
+        value, kind = int(value), int
+    return value if kind is int and low <= value <= high else None
+
+
+def _running(value: Any) -> bool | None:  # Running: booleans, and numbers and null by Perl truth
+    if value is True or value is False:
+        return value
+    if value is None:
+        return False
+    kind = type(value)
+    return value != 0 if kind is int or kind is float else None
+
+
+def _stats(record: Any, dynamic: bool) -> ResourceStats | None:
+    """StaticStats as static_stats gives them, or DynamicStats as dynamic_stats gives them."""
+    if type(record) is not dict:
+        return None
+    maxcpu, maxmem = _cores(record.get("maxcpu")), _integer(record.get("maxmem"), 0, MAX_BYTES)
+    if not dynamic:
+        return None if maxcpu is None or maxmem is None else ResourceStats(maxcpu, maxcpu, maxmem, maxmem)
+    cpu, mem = _cores(record.get("cpu")), _integer(record.get("mem"), 0, MAX_BYTES)
+    if cpu is None or maxcpu is None or mem is None or maxmem is None:
+        return None
+    return ResourceStats(cpu, maxcpu, mem, maxmem)
+
+
+def _placed(entry: list, dynamic: bool) -> tuple | None:
+    """``[method, sid, {stats, running, current-node, target-node}]`` (StaticService or
+    DynamicResource; other keys ignored) as ``(sid, stats, running, current, target)``."""
+    if len(entry) != 3 or type(entry[2]) is not dict:
+        return None
+    sid, record = _name(entry[1]), entry[2]
+    stats = _stats(record.get("stats"), dynamic)
+    running = _running(record["running"]) if "running" in record else None
+    current, target = _name(record.get("current-node")), record.get("target-node")
+    if target is not None:
+        target = _name(target)
+        if target is None:
+            return None
+    if sid is None or stats is None or running is None or current is None:
+        return None
+    return (sid, stats, running, current, target)
+
+
+def _static_node(entry: list) -> tuple | None:
+    if len(entry) != 4:
+        return None
+    name = _name(entry[1])
+    maxcpu, maxmem = _integer(entry[2], 1, _MAX_NODE_CORES), _integer(entry[3], 1, MAX_BYTES)
+    return None if name is None or maxcpu is None or maxmem is None else (name, maxcpu, maxmem)
+
+
+def _dynamic_node(entry: list) -> tuple | None:
+    if len(entry) != 3 or type(entry[2]) is not dict:
+        return None
+    name, record = _name(entry[1]), entry[2]
+    cpu, maxcpu = _cores(record.get("cpu")), _integer(record.get("maxcpu"), 1, _MAX_NODE_CORES)
+    mem, maxmem = _integer(record.get("mem"), 0, MAX_BYTES), _integer(record.get("maxmem"), 1, MAX_BYTES)
+    if name is None or cpu is None or maxcpu is None or mem is None or maxmem is None:
+        return None
+    return (name, NodeStats(cpu, maxcpu, mem, maxmem))
+
+
+def _legacy(entry: list) -> tuple | None:
+    if len(entry) != 4:
+        return None
+    node, sid, stats = _name(entry[1]), _name(entry[2]), _stats(entry[3], False)
+    return None if node is None or sid is None or stats is None else (node, sid, stats)
+
+
+def _any_name(entry: list) -> tuple | None:  # removals take any string, even an empty one
+    return (entry[1],) if len(entry) == 2 and type(entry[1]) is str else None
+
+
+_PARSERS: dict[str, dict[str, Callable[[list], tuple | None]]] = {
+    "static": {
+        "add_node": _static_node,
+        "remove_node": _any_name,
+        "add_service": lambda entry: _placed(entry, False),
+        "add_service_usage_to_node": _legacy,
+        "remove_service_usage": _any_name,
+    },
+    "dynamic": {
+        "add_node": _dynamic_node,
+        "remove_node": _any_name,
+        "add_resource": lambda entry: _placed(entry, True),
+        "remove_resource": _any_name,
+    },
+}

@@ -1,0 +1,170 @@
+"""``scheduler.apply``'s bulk path agrees with the models it stands in for.
+
+:func:`bridge.mutations.prepared` may only take a list of entries that the models accept, and
+must give the engine the values the models' path gives it (:func:`bridge.mutations.from_models`);
+whatever it turns down goes to the models, so a call's errors are the models' own. The expected
+side is always the models' path, never a hard-coded result.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from bridge import mutations
+from bridge.errors import ParamsError
+from bridge.methods import Bridge
+from core import NodeStats, ResourceStats
+from core.limits import MAX_BYTES, MAX_CORES
+
+# Values of every kind a JSON decoder can hand over, valid and not; and pools of mostly valid
+# ones, so that whole lists pass too and the values given to the engine are compared.
+ANY = {
+    "name": st.sampled_from(["n1", "vm:1", "ü-ñode", "", 1, None, True, ["n1"], {"a": 1}]),
+    "cores": st.sampled_from(
+        [0.0, -0.0, 0.5, 1.0, 4, 0, 2**53, 2**53 + 1, float(MAX_CORES), 2**60, 10**400, 1e300, -1.0, -1]
+        + [float("nan"), float("inf"), True, False, "1.5", None, [1.0]]
+    ),
+    "bytes": st.sampled_from(
+        [0, 5, 2**30, MAX_BYTES, MAX_BYTES + 1, 2**64, -1, 4.0, -0.0, 2.0**40, 3.5, 1e300, float("inf")]
+        + [float("nan"), True, False, "5", None, [5]]
+    ),
+    "running": st.sampled_from([True, False, 1, 0, 0.0, 2.5, float("nan"), None, "1", [True]]),
+}
+MOSTLY_VALID = {
+    "name": st.sampled_from(["n1", "n2", "vm:1", "ü-ñode", "n1", ""]),
+    "cores": st.sampled_from([0.0, -0.0, 0.5, 1, 16, 2.0**53, float(2**53 + 2), 7.25]),
+    "bytes": st.sampled_from([0, 1, 2**30, 4.0, -0.0, MAX_BYTES, float(2**61), 2.5]),
+    "running": st.sampled_from([True, False, 1, 0, None, 0.5, "yes"]),
+}
+
+
+def maybe_drop(draw, record: dict) -> dict:
+    for key in draw(st.sets(st.sampled_from(list(record)), max_size=1)):
+        del record[key]  # sometimes a key is missing
+    if draw(st.booleans()):
+        record["extra"] = 1  # unknown keys are ignored
+    return record
+
+
+@st.composite
+def stats(draw, pool, keys=("cpu", "maxcpu", "mem", "maxmem")):
+    kinds = {"cpu": "cores", "maxcpu": "cores", "mem": "bytes", "maxmem": "bytes"}
+    return maybe_drop(draw, {key: draw(pool[kinds[key]]) for key in keys})
+
+
+@st.composite
+def placed(draw, pool, keys):
+    record = {"stats": draw(stats(pool, keys)), "running": draw(pool["running"]), "current-node": draw(pool["name"])}
+    if draw(st.booleans()):
+        record["target-node"] = draw(st.one_of(pool["name"], st.none()))
+    return maybe_drop(draw, record)
+
+
+def entry(method: str, *args) -> st.SearchStrategy:
+    return st.tuples(*args).map(lambda values: [method, *values])
+
+
+def static_entries(pool) -> st.SearchStrategy:
+    name, cores, byte_count = pool["name"], pool["cores"], pool["bytes"]
+    return st.one_of(
+        entry("add_node", name, cores, byte_count),
+        entry("add_node", name, cores),
+        entry("remove_node", name),
+        entry("add_service", name, placed(pool, ("maxcpu", "maxmem"))),
+        entry("add_service_usage_to_node", name, name, stats(pool, ("maxcpu", "maxmem"))),
+        entry("remove_service_usage", name),
+        entry("add_resource", name, placed(pool, ("cpu", "maxcpu", "mem", "maxmem"))),
+    )
+
+
+def dynamic_entries(pool) -> st.SearchStrategy:
+    name, cores, byte_count = pool["name"], pool["cores"], pool["bytes"]
+    return st.one_of(
+        entry("add_node", name, stats(pool)),
+        entry("add_node", name, cores, byte_count),
+        entry("remove_node", name),
+        entry("add_resource", name, placed(pool, ("cpu", "maxcpu", "mem", "maxmem"))),
+        entry("remove_resource", name, name),
+        entry("add_service", name, placed(pool, ("maxcpu", "maxmem"))),
+    )
+
+
+def bits(value):
+    """A value with floats by their bit patterns (tells -0.0 from 0.0, and types apart)."""
+    if isinstance(value, float):
+        return ("float", struct.pack("<d", value))
+    if isinstance(value, (ResourceStats, NodeStats)):
+        return (type(value).__name__, *(bits(getattr(value, f)) for f in ("cpu", "maxcpu", "mem", "maxmem")))
+    if isinstance(value, (tuple, list)):
+        return tuple(bits(v) for v in value)
+    return (type(value).__name__, value)
+
+
+def check_agreement(mode: str, entries: list) -> mutations.Prepared | None:
+    """The bulk path takes only what the models accept, with the engine values of their path."""
+    fast = mutations.prepared(mode, entries)
+    model = mutations.APPLY_PARAMS[mode]
+    try:
+        validated = model.model_validate({"scheduler": "s1", "mutations": entries})
+    except ValidationError:
+        assert fast is None
+        return None
+    if fast is not None:
+        assert bits(fast.entries) == bits(mutations.from_models(mode, validated.mutations).entries)
+    return fast
+
+
+@given(st.sampled_from([ANY, MOSTLY_VALID]).flatmap(lambda pool: st.lists(static_entries(pool), max_size=4)))
+def test_static_entries_are_taken_only_as_the_models_take_them(entries):
+    check_agreement("static", entries)
+
+
+@given(st.sampled_from([ANY, MOSTLY_VALID]).flatmap(lambda pool: st.lists(dynamic_entries(pool), max_size=4)))
+def test_dynamic_entries_are_taken_only_as_the_models_take_them(entries):
+    check_agreement("dynamic", entries)
+
+
+GiB = 1024**3
+VALID = {
+    "static": [
+        ["add_node", "n1", 16, 64 * GiB],
+        ["add_node", "n2", 8.0, 2.0**40],
+        ["add_service", "vm:1", {"stats": {"maxcpu": 4, "maxmem": GiB}, "running": 1, "current-node": "n1"}],
+        ["add_service", "vm:2", {"stats": {"maxcpu": 0.5, "maxmem": 3.0 * GiB}, "running": None,
+                                 "current-node": "n1", "target-node": "n2", "note": "ignored"}],
+        ["add_service_usage_to_node", "n2", "vm:3", {"maxcpu": -0.0, "maxmem": 0}],
+        ["remove_service_usage", ""],
+        ["remove_node", "n9"],
+    ],
+    "dynamic": [
+        ["add_node", "n1", {"cpu": 1, "maxcpu": 16.0, "mem": 0, "maxmem": 64 * GiB}],
+        ["add_resource", "vm:1", {"stats": {"cpu": 0.25, "maxcpu": 2, "mem": GiB, "maxmem": 2.0 * GiB},
+                                  "running": False, "current-node": "n1", "target-node": None}],
+        ["remove_resource", "vm:1"],
+        ["remove_node", "n1"],
+    ],
+}
+
+
+def test_the_shapes_the_perl_client_writes_take_the_bulk_path():
+    for mode, entries in VALID.items():
+        assert check_agreement(mode, entries) is not None, mode
+
+
+def test_a_bad_value_deep_in_a_long_list_is_named_as_the_models_name_it():
+    bridge = Bridge()
+    handle = bridge.call("scheduler.new", {"mode": "static"})["scheduler"]
+    service = {"stats": {"maxcpu": 1.0, "maxmem": GiB}, "running": True, "current-node": "n1"}
+    entries = [["add_node", "n1", 16, 64 * GiB]] + [["add_service", f"vm:{i}", service] for i in range(400)]
+    entries[257] = ["add_service", "vm:x", {**service, "stats": {"maxcpu": 1.0, "maxmem": 1.5}}]
+    try:
+        bridge.call("scheduler.apply", {"scheduler": handle, "mutations": entries})
+    except ParamsError as exc:
+        assert exc.errors[0][0] == "mutations[257].service.stats.maxmem"
+    else:
+        raise AssertionError("a fractional byte count was accepted")
+    assert bridge.call("scheduler.list_nodes", [handle]) == []
