@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(abspath $(VENV))/bin
 
-.PHONY: setup demo test pytest prove bench lint
+.PHONY: setup bytecode demo test pytest prove bench lint
 
 setup: $(VENV)/.installed
 
@@ -11,7 +11,13 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
+	$(MAKE) --no-print-directory bytecode
 	touch $@
+
+# An editable install runs from the sources: compile them once, so that a server start does not
+# (PYTHONDONTWRITEBYTECODE, set on some machines, would otherwise make every start recompile).
+bytecode:
+	$(PY) -m compileall -q core bridge >/dev/null
 
 demo: setup
 	$(BIN)/crs-bridge call score_best_balancing_migrations @examples/dynamic-cluster.json
@@ -24,8 +30,10 @@ pytest: setup
 prove: setup
 	PATH=$(BIN):$$PATH prove -r perl-client/t
 
-bench: setup
+bench: setup bytecode
 	$(PY) benchmarks/bench_core.py
+	$(PY) benchmarks/bench_e2e.py
+	PATH=$(BIN):$$PATH perl benchmarks/perl_round.pl
 
 lint: setup
 	$(BIN)/ruff check core bridge tests benchmarks
