@@ -30,6 +30,7 @@ from __future__ import annotations
 import itertools
 import os
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,6 +43,15 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 NDJSON = "ndjson"
 CONTENT_LENGTH = "content-length"
+
+
+def crs_bridge() -> list[str]:
+    """The installed console script, or ``python -m bridge`` when it is not on this venv."""
+    script = Path(sys.executable).with_name("crs-bridge")
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("crs-bridge")
+    return [found] if found else [sys.executable, "-m", "bridge"]
 
 
 class RpcError(Exception):

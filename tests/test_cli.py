@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,17 +10,10 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.bridge_client import crs_bridge
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-
-
-def crs_bridge() -> list[str]:
-    """The installed console script, or ``python -m bridge`` when it is not on this venv."""
-    script = Path(sys.executable).with_name("crs-bridge")
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("crs-bridge")
-    return [found] if found else [sys.executable, "-m", "bridge"]
 
 
 def run(*args: str, stdin: bytes | None = None, command: list[str] | None = None) -> subprocess.CompletedProcess:

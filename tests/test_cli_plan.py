@@ -6,29 +6,18 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from bridge.render import WIDTH, bar, load_bars
-from tests.bridge_client import BridgeClient
+from tests.bridge_client import BridgeClient, crs_bridge
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = "@examples/unbalanced-cluster.json"
 PARAMS = json.loads((ROOT / "examples" / "unbalanced-cluster.json").read_text())
 CLUSTER_PARAMS = {"usage": PARAMS["usage"], "candidates": PARAMS["candidates"]}
-
-
-def crs_bridge() -> list[str]:
-    """The installed console script, or ``python -m bridge`` when it is not on this venv."""
-    script = Path(sys.executable).with_name("crs-bridge")
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("crs-bridge")
-    return [found] if found else [sys.executable, "-m", "bridge"]
 
 
 def run(*args: str) -> subprocess.CompletedProcess:

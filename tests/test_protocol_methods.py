@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import jsonschema
 import pytest
 
 from tests.bridge_client import BridgeClient, RpcError
@@ -25,27 +24,6 @@ MiB = 1024**2
 def bridge():
     with BridgeClient() as client:
         yield client
-
-
-@pytest.fixture(scope="module")
-def result_validators(bridge):
-    doc = bridge.call("rpc.discover")
-    return {
-        m["name"]: jsonschema.Draft202012Validator({**m["result"]["schema"], "components": doc["components"]})
-        for m in doc["methods"]
-    }
-
-
-@pytest.fixture
-def rpc(bridge, result_validators):
-    """Call a method and check its result against the published result schema."""
-
-    def call(method, params=None):
-        result = bridge.call(method, params)
-        result_validators[method].validate(result)
-        return result
-
-    return call
 
 
 def rpc_error(bridge, method, params=None) -> RpcError:
