@@ -109,17 +109,10 @@ def _call(args: argparse.Namespace) -> int:
     except (OSError, orjson.JSONDecodeError) as exc:
         print(f"crs-bridge call: cannot read PARAMS: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    request: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": args.method}
-    if params is not None:
-        request["params"] = params
-    response = _one_request(orjson.dumps(request), args.trace)
-    if response is None:
-        return EXIT_NO_ANSWER
-    if "error" in response:
-        _print_error(response["error"])
-        return EXIT_RPC_ERROR
-    sys.stdout.write(orjson.dumps(response.get("result"), option=orjson.OPT_INDENT_2).decode() + "\n")
-    return EXIT_OK
+    status, result = _remote_call(args.method, params, args.trace)
+    if status == EXIT_OK:
+        _print_json(result)
+    return status
 
 
 def _read_params(text: str | None) -> Any:
@@ -129,6 +122,25 @@ def _read_params(text: str | None) -> Any:
         source = text[1:]
         text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
     return orjson.loads(text)
+
+
+def _remote_call(method: str, params: Any, trace: str | None) -> tuple[int, Any]:
+    """Send one request to a fresh server: (EXIT_OK, result), or an exit status and None after
+    printing the error (or the lack of an answer) on stderr."""
+    request: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": method}
+    if params is not None:
+        request["params"] = params
+    response = _one_request(orjson.dumps(request), trace)
+    if response is None:
+        return EXIT_NO_ANSWER, None
+    if "error" in response:
+        _print_error(response["error"])
+        return EXIT_RPC_ERROR, None
+    return EXIT_OK, response.get("result")
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
 def _one_request(request: bytes, trace: str | None) -> dict | None:
@@ -222,16 +234,11 @@ def _plan_command(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"crs-bridge {args.kind}: cannot read CLUSTER: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    request = {"jsonrpc": "2.0", "id": 1, "method": args.rpc_method, "params": params}
-    response = _one_request(orjson.dumps(request), args.trace)
-    if response is None:
-        return EXIT_NO_ANSWER
-    if "error" in response:
-        _print_error(response["error"])
-        return EXIT_RPC_ERROR
-    result = response.get("result")
+    status, result = _remote_call(args.rpc_method, params, args.trace)
+    if status != EXIT_OK:
+        return status
     if args.json:
-        sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
+        _print_json(result)
         return EXIT_OK
     from .render import explanation_text, plan_text
 
