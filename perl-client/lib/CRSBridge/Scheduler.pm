@@ -98,6 +98,15 @@ sub _add_resource {
     return;
 }
 
+# A remove of either mode (remove_service_usage / remove_resource): unknown sids are a no-op
+# upstream, so only known ones are journaled.
+sub _remove_resource {
+    my ($st, $method, $sid) = @_;
+    die $st->{poison} if $st->{poison};
+    _mutate($st, $method, json_str($sid), 0, remove_resource => $sid) if $st->{mirror}->has_resource($sid);
+    return;
+}
+
 sub _query {
     my ($st, $method, $params) = @_;
     return CRSBridge::Connection->instance->call($st, "scheduler.$method", $params);

@@ -98,9 +98,7 @@ sub remove_resource {
     check_arity('remove_resource', \@_, qw(this sid)) if @_ != 2;
     my $st = CRSBridge::Scheduler::_state($_[0]);
     my $sid = arg_string($_[1]);
-    die $st->{poison} if $st->{poison};
-    CRSBridge::Scheduler::_mutate($st, 'remove_resource', json_str($sid), 0,
-        remove_resource => $sid) if $st->{mirror}->has_resource($sid);
+    CRSBridge::Scheduler::_remove_resource($st, 'remove_resource', $sid);
     return;
 }
 

@@ -128,9 +128,7 @@ sub remove_service_usage {
     check_arity('remove_service_usage', \@_, qw(this sid)) if @_ != 2;
     my $st = CRSBridge::Scheduler::_state($_[0]);
     my $sid = arg_string($_[1]);
-    die $st->{poison} if $st->{poison};
-    CRSBridge::Scheduler::_mutate($st, 'remove_service_usage', json_str($sid), 0,
-        remove_resource => $sid) if $st->{mirror}->has_resource($sid);
+    CRSBridge::Scheduler::_remove_resource($st, 'remove_service_usage', $sid);
     return;
 }
 
