@@ -25,7 +25,6 @@ import logging
 import math
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -120,7 +119,11 @@ def _read_params(text: str | None) -> Any:
         return None
     if text.startswith("@"):
         source = text[1:]
-        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+        if source == "-":
+            text = sys.stdin.read()
+        else:
+            with open(source, encoding="utf-8") as file:
+                text = file.read()
     return orjson.loads(text)
 
 

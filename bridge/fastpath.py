@@ -46,7 +46,10 @@ def takes_candidates(model: type[m.Params]) -> bool:
 
 def candidate_columns(candidates: Any) -> CandidateColumns | CompactColumns | None:
     """``candidates`` as columns of its form (:func:`expanded_columns`, :func:`compact_columns`),
-    or None: then the models validate it."""
+    or None: then the models validate it. Columns that :mod:`bridge.fastdecode` decoded are
+    taken as they are."""
+    if type(candidates) is CandidateColumns:
+        return candidates
     columns = expanded_columns(candidates)
     return columns if columns is not None else compact_columns(candidates)
 

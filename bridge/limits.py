@@ -18,6 +18,8 @@ from typing import Any
 
 import orjson
 
+from core import CandidateColumns
+
 from .errors import ParamsError
 from .transport import DEFAULT_MAX_MESSAGE_BYTES
 
@@ -115,7 +117,9 @@ def check_call_sizes(params: Mapping[str, Any], limits: ServerLimits) -> None:
         _at_most(usage.get("nodes"), "usage.nodes", "nodes", "max_nodes", limits.max_nodes)
         _at_most(usage.get("resources"), "usage.resources", "resources", "max_resources", limits.max_resources)
     candidates = params.get("candidates")
-    if type(candidates) is list and candidates:
+    if type(candidates) is CandidateColumns:  # decoded by bridge.fastdecode
+        _at_most(len(candidates), "candidates", "expanded candidates", "max_candidates", limits.max_candidates)
+    elif type(candidates) is list and candidates:
         expanded, members = candidate_counts(candidates)
         _at_most(expanded, "candidates", "expanded candidates", "max_candidates", limits.max_candidates)
         _at_most(members, "candidates", "bundle members", "max_resources", limits.max_resources)

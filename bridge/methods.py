@@ -18,19 +18,16 @@ import functools
 import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Any
 
 from pydantic import ValidationError
 
 from core import CandidateBatch, CompactCandidate, Scheduler
 from core.candidates import concat_batches
-from core.explain import explain_batch
 from core.limits import MAX_BYTES, MAX_CORES
-from core.planner import plan_rebalance
 from core.scheduler import calculate_node_imbalance, score_migrations, score_nodes_to_start, select_best_migration
 
-from . import convert, fastpath, mutations, phases
+from . import __version__, convert, fastpath, mutations, phases
 from . import models as m
 from .errors import MethodUnavailableError, ParamsError, UnknownHandleError
 from .limits import ServerLimits, check_call_sizes, how_to_raise
@@ -47,13 +44,9 @@ FRAMINGS = {
 }
 
 
-@functools.cache
 def bridge_version() -> str:
-    """The installed crs-bridge version."""
-    try:
-        return metadata.version("crs-bridge")
-    except metadata.PackageNotFoundError:  # running from a source tree that was not installed
-        return "0+unknown"
+    """The crs-bridge release."""
+    return __version__
 
 
 @dataclass(frozen=True)
@@ -104,6 +97,17 @@ class Bridge:
     def max_message_bytes(self) -> int:
         """Largest message body accepted (bytes)."""
         return self.limits.max_message_bytes
+
+    def candidate_params(self) -> tuple[list[str], set[str]]:
+        """The methods that take ``candidates`` (in every variant), and the wire names of all
+        their params."""
+        methods, names = [], set()
+        for spec in self.methods.values():
+            models = [v.params for v in spec.variants.values()]
+            if all(map(fastpath.takes_candidates, models)):
+                methods.append(spec.name)
+                names.update(*map(_param_names, models))
+        return methods, names
 
     # -- calls ----------------------------------------------------------------------------
 
@@ -544,6 +548,8 @@ def _with_formula(scheduler: Scheduler, formula: str | None) -> Scheduler:
 
 
 def _plan(scheduler: Scheduler, p: m.PlanParams | m.SchedulerPlanParams) -> dict:
+    from core.planner import plan_rebalance  # loaded on first use, as in core/__init__.py
+
     options = (p.method, p.threshold, p.margin, p.max_steps, p.allow_repeat)
     return plan_rebalance(scheduler, _compact(p.candidates), *options).to_wire()
 
@@ -553,6 +559,8 @@ def _plan_rebalance(bridge: Bridge, p: m.PlanParams) -> dict:
 
 
 def _explain_migrations(bridge: Bridge, p: m.ExplainParams) -> dict:
+    from core.explain import explain_batch  # loaded on first use, as in core/__init__.py
+
     # Built as _score_migrations builds its batch, so the numbers agree to the last bit.
     scheduler = bridge.cluster(p)
     batch = scheduler.candidate_batch(convert.candidates_to_core(p.candidates))

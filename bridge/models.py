@@ -38,9 +38,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from core.explain import MARGIN_NOT_REACHED, MIGRATE, NO_CANDIDATES, NO_IMPROVEMENT, THRESHOLD_REACHED
 from core.limits import MAX_BYTES, MAX_CORES
-from core.planner import STOP_REASONS
+from core.verdicts import MARGIN_NOT_REACHED, MIGRATE, NO_CANDIDATES, NO_IMPROVEMENT, STOP_REASONS, THRESHOLD_REACHED
 
 # -- scalar types ---------------------------------------------------------------------------
 

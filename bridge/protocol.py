@@ -4,11 +4,13 @@
 bytes, or None when nothing is to be answered (a notification, or a batch of notifications).
 
 * Decoding and encoding use orjson. A message that is not JSON gets -32700 with the position.
+  A request with expanded candidates is first offered to :mod:`bridge.fastdecode`, which decodes
+  its candidates straight into columns (and gives way to orjson whenever in doubt).
 * Envelopes are checked here by :func:`request_problem`, a cheap equivalent of jsonrpcserver's
   JSON-schema request validator (same acceptance rules, plus a message saying what is wrong).
   Batch elements are checked one by one, so a batch answers each invalid element with its own
   -32600, as JSON-RPC 2.0 specifies (an empty batch gets a single -32600).
-* Each valid request is dispatched by jsonrpcserver (:func:`jsonrpcserver.dispatch_to_serializable`,
+* Each valid request is dispatched by jsonrpcserver (its ``dispatch_to_serializable``, see :mod:`bridge.dispatch`,
   given the already decoded and checked request, so its own JSON parsing and JSON-schema
   validation are skipped) to :meth:`Bridge.call`, whose exceptions become error codes (see
   :func:`error_for`); a notification's call runs too, and its answer is dropped.
@@ -21,13 +23,13 @@ import logging
 from typing import Any
 
 import orjson
-from jsonrpcserver import Error, Success, dispatch_to_serializable
-from jsonrpcserver.sentinels import NODATA
 
 from core import InvalidInputError, SchedulingError
 
 from . import phases
+from .dispatch import NODATA, Error, Success, dispatch_to_serializable
 from .errors import MethodUnavailableError, MutationError, ParamsError, UnknownHandleError, shorten
+from .fastdecode import CandidateRequestDecoder
 from .limits import TooDeep, decode, how_to_raise
 from .methods import MAX_ERROR_DETAILS, Bridge
 
@@ -136,6 +138,7 @@ class Protocol:
         self._decoded: Any = None
         # jsonrpcserver's method table: every method of the bridge, bound to _invoke.
         self._methods = {name: functools.partial(self._invoke, name) for name in bridge.methods}
+        self._candidate_requests = CandidateRequestDecoder(*bridge.candidate_params())
 
     def handle(self, message: bytes) -> bytes | None:
         """Answer one message (a request or a batch); None when there is nothing to answer.
@@ -144,13 +147,16 @@ class Protocol:
         objects of a big request takes tens of ms, better spent after its answer is sent.
         """
         self._decoded = None
-        try:
-            decoded = decode(message, self.bridge.limits.max_json_depth)
-        except orjson.JSONDecodeError as exc:
-            return self.encode(error_response(PARSE_ERROR, f"Parse error: {exc}"))
-        except TooDeep as exc:
-            problem = f"JSON nested deeper than the limit of {exc} levels ({how_to_raise('max_json_depth')})"
-            return self.encode(error_response(INVALID_REQUEST, f"Invalid request: {problem}"))
+        max_depth = self.bridge.limits.max_json_depth
+        decoded = self._candidate_requests.decode(message, max_depth)
+        if decoded is None:
+            try:
+                decoded = decode(message, max_depth)
+            except orjson.JSONDecodeError as exc:
+                return self.encode(error_response(PARSE_ERROR, f"Parse error: {exc}"))
+            except TooDeep as exc:
+                problem = f"JSON nested deeper than the limit of {exc} levels ({how_to_raise('max_json_depth')})"
+                return self.encode(error_response(INVALID_REQUEST, f"Invalid request: {problem}"))
         phases.mark("decode")
         self._decoded = decoded
         if isinstance(decoded, list):

@@ -17,13 +17,30 @@ from .candidates import (
     ScoredMigration,
 )
 from .errors import InvalidInputError, SchedulingError
-from .explain import Explanation, explain_migrations
 from .imbalance import FORMULAS, Formula, node_imbalance
 from .modes import DynamicScheduler, Scheduler, StaticScheduler, new_scheduler
-from .planner import PlanStep, RebalancePlan, plan_rebalance
 from .scheduler import METHODS, Method
 from .stats import NodeStats, ResourceStats
 from .usage import Aggregation, NodeView, Resource, Usage
+
+#: Names loaded on first use: explanations and plans are rarely asked for, and their modules
+#: (a dozen dataclasses) would add ~15 ms to every server start.
+_LAZY = {
+    "Explanation": "explain",
+    "explain_migrations": "explain",
+    "PlanStep": "planner",
+    "RebalancePlan": "planner",
+    "plan_rebalance": "planner",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'core' has no attribute '{name}'")
+    import importlib
+
+    return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+
 
 __all__ = [
     "FORMULAS",

@@ -30,14 +30,8 @@ from .scheduler import (
 )
 from .topsis import WEIGHTS, TopsisSolution, topsis_solve
 from .usage import NodeView
+from .verdicts import MARGIN_NOT_REACHED, MIGRATE, NO_CANDIDATES, NO_IMPROVEMENT, THRESHOLD_REACHED
 from .whatif import WhatIf, what_if
-
-#: Reasons (machine-readable); all but MIGRATE say why nothing would move.
-MIGRATE = "migrate"
-THRESHOLD_REACHED = "threshold-reached"
-NO_CANDIDATES = "no-candidates"
-NO_IMPROVEMENT = "no-improvement"
-MARGIN_NOT_REACHED = "margin-not-reached"
 
 #: TOPSIS criteria in matrix column order (see :func:`core.topsis.load_criteria`).
 TOPSIS_CRITERIA = ("average-cpu", "highest-cpu", "average-memory", "highest-memory")

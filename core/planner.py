@@ -13,25 +13,13 @@ from dataclasses import dataclass
 
 from .candidates import CompactCandidate, Migration, bundle_stats, expand_compact
 from .errors import InvalidInputError
-from .explain import (
-    MARGIN_NOT_REACHED,
-    NO_CANDIDATES,
-    NO_IMPROVEMENT,
-    THRESHOLD_REACHED,
-    ClusterLoad,
-    check_fraction,
-    cluster_load,
-    explain_batch,
-)
+from .explain import ClusterLoad, check_fraction, cluster_load, explain_batch
 from .imbalance import Formula
 from .modes import Scheduler
 from .scheduler import Method, calculate_node_imbalance, check_method
 from .stats import NodeStats, add_running, remove_running
 from .usage import Resource, Usage
-
-#: Why a plan ends: the reasons of :mod:`core.explain` and the step limit.
-MAX_STEPS = "max-steps"
-STOP_REASONS = (THRESHOLD_REACHED, NO_CANDIDATES, NO_IMPROVEMENT, MARGIN_NOT_REACHED, MAX_STEPS)
+from .verdicts import MAX_STEPS, NO_IMPROVEMENT
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,17 +16,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core import CompactCandidate, InvalidInputError
-from core.explain import (
-    MARGIN_NOT_REACHED,
-    MIGRATE,
-    NO_CANDIDATES,
-    NO_IMPROVEMENT,
-    THRESHOLD_REACHED,
-    explain_migrations,
-)
+from core.explain import explain_migrations
 from core.imbalance import truncate
 from core.modes import DynamicScheduler, StaticScheduler
 from core.stats import NodeStats, ResourceStats
+from core.verdicts import MARGIN_NOT_REACHED, MIGRATE, NO_CANDIDATES, NO_IMPROVEMENT, THRESHOLD_REACHED
 from tests import reference as ref
 
 GiB, MiB = 1024**3, 1024**2

@@ -16,11 +16,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core import CompactCandidate, InvalidInputError, Migration, MigrationCandidate
-from core.explain import MARGIN_NOT_REACHED, NO_CANDIDATES, NO_IMPROVEMENT, THRESHOLD_REACHED
 from core.imbalance import truncate
 from core.modes import DynamicScheduler, StaticScheduler
-from core.planner import MAX_STEPS, STOP_REASONS, plan_rebalance
+from core.planner import plan_rebalance
 from core.stats import ZERO_RESOURCE, NodeStats, ResourceStats, add_running, remove_running
+from core.verdicts import MARGIN_NOT_REACHED, MAX_STEPS, NO_CANDIDATES, NO_IMPROVEMENT, STOP_REASONS, THRESHOLD_REACHED
 from tests.test_explain import HOMOGENEOUS, VM101_CANDIDATES, Cluster, GiB, clusters, figure_cluster
 
 # -- replaying a plan by hand ----------------------------------------------------------------

@@ -1,0 +1,56 @@
+"""jsonrpcserver's synchronous dispatcher, loaded without the rest of its package.
+
+``import jsonrpcserver`` runs the package's ``__init__``, which imports everything it offers: the
+asyncio dispatcher (asyncio), a small HTTP server (http.server) and the JSON-schema request
+validator (jsonschema, attrs, referencing), about 110 ms of a start-up budget of 300 ms. The
+server needs none of them: it dispatches synchronously and checks requests itself
+(:func:`bridge.protocol.request_problem`). So this module loads jsonrpcserver's ``dispatcher`` and
+``response`` modules, which import none of them, from the package's directory without running
+its ``__init__``; the same functions ``jsonrpcserver.dispatch_to_serializable`` calls.
+
+An ``import jsonrpcserver`` later (a test, say) runs the real ``__init__``, which reuses the
+modules loaded here: ``jsonrpcserver.Success`` is :data:`Success`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from typing import Any
+
+
+def _load_without_package_init(package: str, *modules: str) -> list[Any]:
+    """``package.module`` for each of ``modules``, imported under a bare, uninitialised
+    ``package`` that is withdrawn again afterwards (unless the package was already imported)."""
+    if package in sys.modules:
+        return [importlib.import_module(f"{package}.{name}") for name in modules]
+    spec = importlib.util.find_spec(package)
+    if spec is None:
+        raise ModuleNotFoundError(f"No module named '{package}'", name=package)
+    sys.modules[package] = importlib.util.module_from_spec(spec)  # knows its __path__, ran nothing
+    try:
+        return [importlib.import_module(f"{package}.{name}") for name in modules]
+    finally:
+        del sys.modules[package]
+
+
+_dispatcher, _response, _result, _sentinels = _load_without_package_init(
+    "jsonrpcserver", "dispatcher", "response", "result", "sentinels"
+)
+
+Success = _result.Success
+Error = _result.Error
+NODATA = _sentinels.NODATA
+
+
+def dispatch_to_serializable(request: Any, methods: dict, *, deserializer: Any, validator: Any) -> Any:
+    """What :func:`jsonrpcserver.dispatch_to_serializable` returns, for the same arguments."""
+    return _dispatcher.dispatch_to_response_pure(
+        deserializer=deserializer,
+        validator=validator,
+        post_process=_response.to_serializable_one,
+        context=_sentinels.NOCONTEXT,
+        methods=methods,
+        request=request,
+    )

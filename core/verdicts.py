@@ -1,0 +1,15 @@
+"""The words an explanation (:mod:`core.explain`) and a plan (:mod:`core.planner`) answer with.
+
+Kept apart from both so that naming them (in the wire schema, say) does not load either.
+"""
+
+#: Reasons (machine-readable); all but MIGRATE say why nothing would move.
+MIGRATE = "migrate"
+THRESHOLD_REACHED = "threshold-reached"
+NO_CANDIDATES = "no-candidates"
+NO_IMPROVEMENT = "no-improvement"
+MARGIN_NOT_REACHED = "margin-not-reached"
+
+#: Why a plan ends: the reasons above that stop a round, and the step limit.
+MAX_STEPS = "max-steps"
+STOP_REASONS = (THRESHOLD_REACHED, NO_CANDIDATES, NO_IMPROVEMENT, MARGIN_NOT_REACHED, MAX_STEPS)

@@ -1,0 +1,69 @@
+"""bridge.dispatch: jsonrpcserver's dispatcher without the rest of its package.
+
+It must answer as ``jsonrpcserver.dispatch_to_serializable`` does, keep jsonrpcserver importable
+as a whole afterwards, and keep the server's start free of the modules it exists to avoid.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from bridge import dispatch
+
+
+def _methods():
+    def add(a, b):
+        return dispatch.Success(a + b)
+
+    def refuse():
+        return dispatch.Error(-32000, "no", {"why": "because"})
+
+    def crash():
+        raise RuntimeError("boom")
+
+    return {"add": add, "refuse": refuse, "crash": crash}
+
+
+def _identity(request):
+    return request
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        {"jsonrpc": "2.0", "id": 1, "method": "add", "params": [2, 3]},
+        {"jsonrpc": "2.0", "id": "x", "method": "add", "params": {"a": 1, "b": 2}},
+        {"jsonrpc": "2.0", "id": 2, "method": "add", "params": [1]},
+        {"jsonrpc": "2.0", "id": 3, "method": "refuse"},
+        {"jsonrpc": "2.0", "id": 4, "method": "crash"},
+        {"jsonrpc": "2.0", "id": 5, "method": "missing"},
+        {"jsonrpc": "2.0", "method": "add", "params": [1, 2]},
+    ],
+)
+def test_answers_as_jsonrpcserver_does(request_):
+    import jsonrpcserver
+
+    ours = dispatch.dispatch_to_serializable(request_, _methods(), deserializer=_identity, validator=_identity)
+    theirs = jsonrpcserver.dispatch_to_serializable(request_, _methods(), deserializer=_identity, validator=_identity)
+    assert ours == theirs
+
+
+def test_jsonrpcserver_stays_importable_with_the_same_classes():
+    import jsonrpcserver
+    from jsonrpcserver.sentinels import NODATA
+
+    assert jsonrpcserver.Success is dispatch.Success
+    assert jsonrpcserver.Error is dispatch.Error
+    assert NODATA is dispatch.NODATA
+
+
+def test_server_start_loads_no_asyncio_jsonschema_or_http_server():
+    code = (
+        "import sys, bridge.cli, bridge.server, bridge.protocol; "
+        "print(sorted(m for m in ('asyncio', 'jsonschema', 'http.server', 'importlib.metadata') if m in sys.modules))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
