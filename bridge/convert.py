@@ -18,6 +18,7 @@ from core import (
     Migration,
     MigrationCandidate,
     NodeStats,
+    Resource,
     ResourceStats,
     Scheduler,
     ScoredMigration,
@@ -26,6 +27,7 @@ from core import (
 from core.imbalance import Formula
 
 from . import models as m
+from .fastpath import SnapshotRows
 
 
 def static_stats(stats: m.StaticStats) -> ResourceStats:
@@ -53,37 +55,48 @@ def node_stats(stats: m.DynamicNodeStats | m.DynamicNode) -> NodeStats:
     return NodeStats(stats.cpu, stats.maxcpu, stats.mem, stats.maxmem)
 
 
-def build_scheduler(usage: m.StaticUsage | m.DynamicUsage, formula: Formula) -> Scheduler:
-    """A fresh scheduler holding the snapshot ``usage``: nodes, then resources, in list order.
+def build_scheduler(usage: m.StaticUsage | m.DynamicUsage | SnapshotRows, formula: Formula) -> Scheduler:
+    """A fresh scheduler holding the snapshot ``usage`` (validated by the models, or by the bulk
+    checks of :func:`bridge.fastpath.usage_rows`): nodes, then resources, in list order.
 
     Duplicate node names are refused (InvalidInputError naming the entry: product decision 4);
     resource errors are upstream's (SchedulingError), as if added one by one.
     """
-    _check_unique_names(usage.nodes)
-    scheduler = new_scheduler(usage.mode, formula)
-    # The models checked every value against core.limits: the engine takes the stats as they are
+    rows = usage if isinstance(usage, SnapshotRows) else snapshot_rows(usage)
+    _check_unique_names([name for name, _ in rows.nodes])
+    scheduler = new_scheduler(rows.mode, formula)
+    # Every value was checked against core.limits: the engine takes the stats as they are
     # (trusted) and checks only what needs its state (a third of the cost of a big snapshot).
-    if usage.mode == "static":
-        for node in usage.nodes:
-            scheduler.add_node(node.name, node.maxcpu, node.maxmem, trusted=True)
-        for res in usage.resources:
-            stats = static_stats(res.stats)
-            scheduler.add_service(res.sid, stats, res.running, res.current_node, res.target_node, trusted=True)
-    else:
-        for node in usage.nodes:
-            scheduler.add_node(node.name, node_stats(node), trusted=True)
-        for res in usage.resources:
-            stats = dynamic_stats(res.stats)
-            scheduler.add_resource(res.sid, stats, res.running, res.current_node, res.target_node, trusted=True)
+    for name, stats in rows.nodes:
+        if rows.mode == "static":
+            scheduler.add_node(name, stats.maxcpu, stats.maxmem, trusted=True)
+        else:
+            scheduler.add_node(name, stats, trusted=True)
+    scheduler.add_resources(rows.resources, trusted=True)
     return scheduler
 
 
-def _check_unique_names(nodes: Sequence[m.StaticNode | m.DynamicNode]) -> None:
+def snapshot_rows(usage: m.StaticUsage | m.DynamicUsage) -> SnapshotRows:
+    """A validated snapshot as engine values."""
+    if usage.mode == "static":
+        nodes = [(node.name, NodeStats(0.0, node.maxcpu, 0, node.maxmem)) for node in usage.nodes]
+        stats_of = static_stats
+    else:
+        nodes = [(node.name, node_stats(node)) for node in usage.nodes]
+        stats_of = dynamic_stats
+    resources = [
+        (res.sid, Resource(stats_of(res.stats), res.running, res.current_node, res.target_node))
+        for res in usage.resources
+    ]
+    return SnapshotRows(usage.mode, nodes, resources)
+
+
+def _check_unique_names(names: Sequence[str]) -> None:
     seen: set[str] = set()
-    for i, node in enumerate(nodes):
-        if node.name in seen:
-            raise InvalidInputError(f"usage.nodes[{i}].name", f"duplicate node name '{node.name}'")
-        seen.add(node.name)
+    for i, name in enumerate(names):
+        if name in seen:
+            raise InvalidInputError(f"usage.nodes[{i}].name", f"duplicate node name '{name}'")
+        seen.add(name)
 
 
 def candidates_to_core(

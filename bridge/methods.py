@@ -145,16 +145,17 @@ class Bridge:
         if isinstance(params, list):
             params = self._named(spec, model, params)
         check_call_sizes(params, self.limits)  # before validation spends time and memory on them
-        name, bulk = _bulk_param(model, params)
+        bulk = _bulk_params(model, params)
         try:
-            if bulk is None:
+            if not bulk:
                 return model.model_validate(params)
-            # The param passed the bulk checks (the models would accept it as it is); the models
-            # check the rest, and the bulk form (columns, prepared mutations) takes its place.
-            rest = model.model_validate({**params, name: []})
+            # These params passed the bulk checks (the models would accept them as they are); the
+            # models check the rest, and the bulk forms (columns, rows, prepared mutations) take
+            # their places.
+            rest = model.model_validate({**params, **{name: form.placeholder for name, form in bulk.items()}})
         except ValidationError as exc:
             raise ParamsError.from_validation(exc) from None
-        return rest.model_copy(update={name: bulk})
+        return rest.model_copy(update={name: form.value for name, form in bulk.items()})
 
     @staticmethod
     def _named(spec: MethodSpec, model: type[m.Params], params: list) -> dict:
@@ -221,15 +222,33 @@ class Bridge:
         return self._discover_cache
 
 
-def _bulk_param(model: type[m.Params], params: dict) -> tuple[str, Any]:
-    """(name, bulk form) of the param a bulk path took (:mod:`bridge.fastpath` for candidates,
-    :mod:`bridge.mutations` for scheduler.apply); the bulk form is None when it did not."""
+@dataclass(frozen=True)
+class _Bulk:
+    """A param in the form a bulk path made of it, and the smallest value of the same kind that
+    the models accept in its place while they check the other params."""
+
+    value: Any
+    placeholder: Any
+
+
+def _bulk_params(model: type[m.Params], params: dict) -> dict[str, _Bulk]:
+    """The params a bulk path took, by name (:mod:`bridge.fastpath` for candidates and usage,
+    :mod:`bridge.mutations` for scheduler.apply)."""
+    bulk = {}
     if fastpath.takes_candidates(model):
-        return "candidates", fastpath.candidate_columns(params.get("candidates"))
+        columns = fastpath.candidate_columns(params.get("candidates"))
+        if columns is not None:
+            bulk["candidates"] = _Bulk(columns, [])
+    if fastpath.takes_usage(model):
+        rows = fastpath.usage_rows(params.get("usage"))
+        if rows is not None:
+            bulk["usage"] = _Bulk(rows, {"mode": rows.mode, "nodes": []})
     mode = mutations.APPLY_MODES.get(model)
     if mode is not None:
-        return "mutations", mutations.prepared(mode, params.get("mutations"))
-    return "", None
+        prepared = mutations.prepared(mode, params.get("mutations"))
+        if prepared is not None:
+            bulk["mutations"] = _Bulk(prepared, [])
+    return bulk
 
 
 @functools.cache

@@ -143,42 +143,32 @@ def prepared(mode: str, entries: Any) -> Prepared | None:
     if type(entries) is not list:
         return None
     parsers = _PARSERS[mode]
+    # Equal stats give one ResourceStats (immutable, so resources may share it): a round's guests
+    # repeat a few sizes, and building one costs more than checking its values.
+    shared: dict[tuple, ResourceStats] = {}
     out = []
+    append = out.append
     for entry in entries:
         if type(entry) is not list or not entry or type(entry[0]) is not str:
             return None
         parse = parsers.get(entry[0])
-        args = None if parse is None else parse(entry)
+        args = None if parse is None else parse(entry, shared)
         if args is None:
             return None
-        out.append((entry[0], args))
+        append((entry[0], args))
     return Prepared(out)
 
 
-# Each value check returns the value the models would produce, or None for anything they refuse
-# or might treat differently. They are the rules of bridge/models.py's scalar types.
+# Each check returns the value the models would produce, or None for anything they refuse or
+# might treat differently. They are the rules of bridge/models.py's scalar types, written out
+# in the parsers of the common entries (a round runs them thousands of times):
+#   Name: a non-empty str.
+#   Cores: a float or int (not a bool), finite, in [0, MAX_CORES]; as a float, -0.0 as 0.0.
+#   Bytes: an int (not a bool), or a float holding an integer (as that int); in [0, MAX_BYTES].
+#   Running: true/false; null as false; an int or float by Perl truth (non-zero).
 
 
-def _name(value: Any) -> str | None:  # Name
-    return value if type(value) is str and value else None
-
-
-def _cores(value: Any) -> float | None:  # Cores: a strict float (ints too, not bools), finite
-    kind = type(value)
-    if (kind is float or kind is int) and 0 <= value <= MAX_CORES:
-        return float(value) + 0.0
-    return None
-
-
-def _integer(value: Any, low: int, high: int) -> int | None:
-    # A strict int (not a bool), or an integral float as the int it holds, within [low, high].
-    kind = type(value)
-    if kind is float and value.is_integer():
-        value, kind = int(value), int
-    return value if kind is int and low <= value <= high else None
-
-
-def _running(value: Any) -> bool | None:  # Running: booleans, and numbers and null by Perl truth
+def _running(value: Any) -> bool | None:
     if value is True or value is False:
         return value
     if value is None:
@@ -187,38 +177,77 @@ def _running(value: Any) -> bool | None:  # Running: booleans, and numbers and n
     return value != 0 if kind is int or kind is float else None
 
 
-def _stats(record: Any, dynamic: bool) -> ResourceStats | None:
+def _integer(value: Any, low: int, high: int) -> int | None:  # Bytes (or a node's counts) in [low, high]
+    kind = type(value)
+    if kind is float and value.is_integer():
+        value, kind = int(value), int
+    return value if kind is int and low <= value <= high else None
+
+
+def _stats(record: Any, dynamic: bool, shared: dict) -> ResourceStats | None:
     """StaticStats as static_stats gives them, or DynamicStats as dynamic_stats gives them."""
     if type(record) is not dict:
         return None
-    maxcpu, maxmem = _cores(record.get("maxcpu")), _integer(record.get("maxmem"), 0, MAX_BYTES)
-    if not dynamic:
-        return None if maxcpu is None or maxmem is None else ResourceStats(maxcpu, maxcpu, maxmem, maxmem)
-    cpu, mem = _cores(record.get("cpu")), _integer(record.get("mem"), 0, MAX_BYTES)
-    if cpu is None or maxcpu is None or mem is None or maxmem is None:
+    maxcpu, maxmem = record.get("maxcpu"), record.get("maxmem")
+    kind = type(maxcpu)  # NaN fails the range test; ints up to MAX_CORES are exact floats
+    if (kind is not float and kind is not int) or not 0 <= maxcpu <= MAX_CORES:
         return None
-    return ResourceStats(cpu, maxcpu, mem, maxmem)
+    kind = type(maxmem)
+    if kind is float and maxmem.is_integer():
+        maxmem, kind = int(maxmem), int
+    if kind is not int or not 0 <= maxmem <= MAX_BYTES:
+        return None
+    if not dynamic:
+        key = (maxcpu, maxmem)  # validated numbers: equal keys, equal values (1 == 1.0 == 1.0 + 0.0)
+        stats = shared.get(key)
+        if stats is None:
+            maxcpu = float(maxcpu) + 0.0
+            stats = shared[key] = ResourceStats(maxcpu, maxcpu, maxmem, maxmem)
+        return stats
+    cpu, mem = record.get("cpu"), record.get("mem")
+    kind = type(cpu)
+    if (kind is not float and kind is not int) or not 0 <= cpu <= MAX_CORES:
+        return None
+    kind = type(mem)
+    if kind is float and mem.is_integer():
+        mem, kind = int(mem), int
+    if kind is not int or not 0 <= mem <= MAX_BYTES:
+        return None
+    key = (cpu, maxcpu, mem, maxmem)
+    stats = shared.get(key)
+    if stats is None:
+        stats = shared[key] = ResourceStats(float(cpu) + 0.0, float(maxcpu) + 0.0, mem, maxmem)
+    return stats
 
 
-def _placed(entry: list, dynamic: bool) -> tuple | None:
+def _placed(entry: list, dynamic: bool, shared: dict) -> tuple | None:
     """``[method, sid, {stats, running, current-node, target-node}]`` (StaticService or
     DynamicResource; other keys ignored) as ``(sid, stats, running, current, target)``."""
-    if len(entry) != 3 or type(entry[2]) is not dict:
+    if len(entry) != 3:
         return None
-    sid, record = _name(entry[1]), entry[2]
-    stats = _stats(record.get("stats"), dynamic)
-    running = _running(record["running"]) if "running" in record else None
-    current, target = _name(record.get("current-node")), record.get("target-node")
-    if target is not None:
-        target = _name(target)
-        if target is None:
+    sid, record = entry[1], entry[2]
+    if type(sid) is not str or not sid or type(record) is not dict:
+        return None
+    current, target = record.get("current-node"), record.get("target-node")
+    if type(current) is not str or not current or (target is not None and (type(target) is not str or not target)):
+        return None
+    running = record.get("running", _MISSING)
+    if running is not True and running is not False:
+        running = None if running is _MISSING else _running(running)
+        if running is None:
             return None
-    if sid is None or stats is None or running is None or current is None:
-        return None
-    return (sid, stats, running, current, target)
+    stats = _stats(record.get("stats"), dynamic, shared)
+    return None if stats is None else (sid, stats, running, current, target)
 
 
-def _static_node(entry: list) -> tuple | None:
+_MISSING = object()
+
+
+def _name(value: Any) -> str | None:
+    return value if type(value) is str and value else None
+
+
+def _static_node(entry: list, shared: dict) -> tuple | None:
     if len(entry) != 4:
         return None
     name = _name(entry[1])
@@ -226,7 +255,7 @@ def _static_node(entry: list) -> tuple | None:
     return None if name is None or maxcpu is None or maxmem is None else (name, maxcpu, maxmem)
 
 
-def _dynamic_node(entry: list) -> tuple | None:
+def _dynamic_node(entry: list, shared: dict) -> tuple | None:
     if len(entry) != 3 or type(entry[2]) is not dict:
         return None
     name, record = _name(entry[1]), entry[2]
@@ -237,29 +266,36 @@ def _dynamic_node(entry: list) -> tuple | None:
     return (name, NodeStats(cpu, maxcpu, mem, maxmem))
 
 
-def _legacy(entry: list) -> tuple | None:
+def _cores(value: Any) -> float | None:
+    kind = type(value)
+    if (kind is float or kind is int) and 0 <= value <= MAX_CORES:
+        return float(value) + 0.0
+    return None
+
+
+def _legacy(entry: list, shared: dict) -> tuple | None:
     if len(entry) != 4:
         return None
-    node, sid, stats = _name(entry[1]), _name(entry[2]), _stats(entry[3], False)
+    node, sid, stats = _name(entry[1]), _name(entry[2]), _stats(entry[3], False, shared)
     return None if node is None or sid is None or stats is None else (node, sid, stats)
 
 
-def _any_name(entry: list) -> tuple | None:  # removals take any string, even an empty one
+def _any_name(entry: list, shared: dict) -> tuple | None:  # removals take any string, even an empty one
     return (entry[1],) if len(entry) == 2 and type(entry[1]) is str else None
 
 
-_PARSERS: dict[str, dict[str, Callable[[list], tuple | None]]] = {
+_PARSERS: dict[str, dict[str, Callable[[list, dict], tuple | None]]] = {
     "static": {
         "add_node": _static_node,
         "remove_node": _any_name,
-        "add_service": lambda entry: _placed(entry, False),
+        "add_service": lambda entry, shared: _placed(entry, False, shared),
         "add_service_usage_to_node": _legacy,
         "remove_service_usage": _any_name,
     },
     "dynamic": {
         "add_node": _dynamic_node,
         "remove_node": _any_name,
-        "add_resource": lambda entry: _placed(entry, True),
+        "add_resource": lambda entry, shared: _placed(entry, True, shared),
         "remove_resource": _any_name,
     },
 }

@@ -98,6 +98,7 @@ class CandidateBatch:
 
     Row i moves ``cpu[i]`` cores and ``mem[i]`` bytes of resource ``sids[sid_index[i]]`` from
     node ``src[i]`` to node ``tgt[i]`` (indices into ``view.names``; always different nodes).
+    ``sids`` may list a sid more than once.
     """
 
     view: NodeView
@@ -395,12 +396,12 @@ def _bulk_checked_batch(view: NodeView, columns: CandidateColumns) -> CandidateB
 
 
 def _columns_batch(view: NodeView, sids: Sequence[str], src, tgt, cpu, mem) -> CandidateBatch:
-    order = dict.fromkeys(sids)  # sids numbered by first appearance, as batch_from_candidates does
-    position = {sid: i for i, sid in enumerate(order)}
+    # One sid per row (a sid may repeat): numbering distinct sids would cost three passes over
+    # the rows, and only the few rows a scoring returns ever need their sid.
     return CandidateBatch(
         view=view,
-        sids=list(order),
-        sid_index=np.fromiter(map(position.__getitem__, sids), dtype=np.int64, count=len(sids)),
+        sids=list(sids),
+        sid_index=np.arange(len(sids)),
         src=np.asarray(src, dtype=np.int64),
         tgt=np.asarray(tgt, dtype=np.int64),
         cpu=np.asarray(cpu, dtype=np.float64),

@@ -337,11 +337,8 @@ def _rows_of(w: WhatIf, scored: list[ScoredMigration], formula: Formula) -> list
     out = []
     for s in scored:
         m = s.migration
-        sids = [i for i, sid in enumerate(batch.sids) if sid == m.sid]
-        same = (
-            np.isin(batch.sid_index, sids) & (batch.src == index[m.source_node]) & (batch.tgt == index[m.target_node])
-        )
-        rows = np.flatnonzero(same & free)
+        moves = np.flatnonzero((batch.src == index[m.source_node]) & (batch.tgt == index[m.target_node]) & free)
+        rows = np.array([r for r in moves.tolist() if batch.sids[batch.sid_index[r]] == m.sid], dtype=np.int64)
         row = int(rows[np.flatnonzero(exact_imbalances(w, rows, formula) == s.imbalance)[0]])
         free[row] = False
         out.append(row)

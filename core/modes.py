@@ -50,6 +50,11 @@ def _checked(stats: NodeStats | ResourceStats, where: str, trusted: bool = False
     return type(stats).checked(stats.cpu, stats.maxcpu, stats.mem, stats.maxmem, where=where)
 
 
+def _checked_resource(resource: Resource, where: str) -> Resource:
+    stats = _checked(resource.stats, where)
+    return resource if stats is resource.stats else Resource(stats, resource.running, resource.current, resource.target)
+
+
 class Scheduler:
     """Common part of both modes: nodes, imbalance and migration scoring."""
 
@@ -79,6 +84,13 @@ class Scheduler:
     def calculate_node_imbalance(self) -> float:
         """Imbalance of the current node loads (fraction; formula of this scheduler)."""
         return calculate_node_imbalance(self.view(), self.formula)
+
+    def add_resources(self, rows: Sequence[tuple[str, Resource]], *, trusted: bool = False) -> None:
+        """Add ``(sid, resource)`` rows in order, as :meth:`_add_resource` one by one would (a
+        snapshot's resources, say); ``trusted``: see :func:`_checked`."""
+        if not trusted:
+            rows = [(sid, _checked_resource(res, "resource.stats")) for sid, res in rows]
+        self.usage.add_resources(rows)
 
     def candidate_batch(self, candidates: Candidates) -> CandidateBatch:
         """Expand compact candidates (or take expanded ones) over the balancing view."""

@@ -211,6 +211,28 @@ class Usage:
             node.sids[sid] = None
             node.maxmem_total += resource.stats.maxmem
 
+    def add_resources(self, rows: Iterable[tuple[str, Resource]]) -> None:
+        """:meth:`add_resource` for each ``(sid, resource)`` in order: the same checks and errors;
+        at the first error the rows before it stay added (as adding them one by one would)."""
+        nodes, resources = self._nodes, self._resources
+        self._views.clear()
+        for sid, resource in rows:
+            # The common case inline: a new, stationary resource on a known node with room for it.
+            node = nodes.get(resource.current) if resource.target is None else None
+            maxmem = resource.stats.maxmem
+            if (
+                node is None
+                or type(sid) is not str
+                or not sid
+                or sid in resources
+                or node.stats.mem + node.maxmem_total + maxmem > MAX_BYTES
+            ):
+                self.add_resource(sid, resource)  # every other case, and every error, as one add
+                continue
+            resources[sid] = resource
+            node.sids[sid] = None
+            node.maxmem_total += maxmem
+
     def _check_memory(self, sid: str, resource: Resource) -> None:
         # Refused here, not at the next view: an accepted resource must never make every later
         # computation of the scheduler fail (views add maxmem to a node's mem, in int64).

@@ -212,7 +212,7 @@ def test_errors_elsewhere_in_the_params_are_unchanged_by_the_fast_path():
     assert {loc for loc, _ in call_errors(params)} >= {"limit", "method"}
 
 
-def test_a_valid_call_validates_to_the_models_values_except_candidates_as_columns():
+def test_a_valid_call_validates_to_the_models_values_except_the_bulk_forms():
     params = {"usage": USAGE, "candidates": [candidate(), candidate(sid="vm:2", cpu=1)], "limit": 3}
     bridge = Bridge()
     spec = bridge.methods["score_best_balancing_migrations"]
@@ -220,7 +220,8 @@ def test_a_valid_call_validates_to_the_models_values_except_candidates_as_column
     slow = m.ScoreMigrationsParams.model_validate(params)
     assert isinstance(fast.candidates, CandidateColumns)
     assert same_columns(fast.candidates, columns_of(slow.candidates))
-    assert fast.model_dump(exclude={"candidates"}) == slow.model_dump(exclude={"candidates"})
+    assert fast.usage == convert.snapshot_rows(slow.usage)
+    assert fast.model_dump(exclude={"candidates", "usage"}) == slow.model_dump(exclude={"candidates", "usage"})
 
 
 def test_only_fields_of_the_candidates_type_take_the_fast_path():
@@ -249,8 +250,7 @@ def outcome(build):
         return ("error", type(exc), getattr(exc, "field", None), getattr(exc, "problem", str(exc)))
     return (
         "batch",
-        batch.sids,
-        batch.sid_index.tolist(),
+        [batch.sids[i] for i in batch.sid_index.tolist()],  # each row's sid, however they are numbered
         batch.src.tolist(),
         batch.tgt.tolist(),
         bits(batch.cpu.tolist()),

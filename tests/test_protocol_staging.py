@@ -57,8 +57,12 @@ def compact() -> list[dict]:
 
 def expanded() -> list[dict]:
     return [
-        {"sid": f"vm:{i}", "source-node": home(i), "target-node": target,
-         "stats": {"cpu": 0.1 * (i % 7), "maxcpu": 2.0, "mem": (i % 4) * GiB, "maxmem": 4 * GiB}}
+        {
+            "sid": f"vm:{i}",
+            "source-node": home(i),
+            "target-node": target,
+            "stats": {"cpu": 0.1 * (i % 7), "maxcpu": 2.0, "mem": (i % 4) * GiB, "maxmem": 4 * GiB},
+        }
         for i in range(60)
         for target in NODES[3:]
     ]
@@ -143,9 +147,13 @@ def test_a_part_is_refused_as_the_whole_list_would_refuse_it_and_discards_the_st
         bridge.call("scheduler.stage_candidates", [handle, bad, True])
     with pytest.raises(RpcError) as whole:
         bridge.call(SCORERS["bruteforce"], [handle, bad, 1])
-    assert (staging.value.code, staging.value.message) == (whole.value.code, whole.value.message) == (
-        -32000,
-        "leader 'vm:nope' is not present in the cluster usage",
+    assert (
+        (staging.value.code, staging.value.message)
+        == (whole.value.code, whole.value.message)
+        == (
+            -32000,
+            "leader 'vm:nope' is not present in the cluster usage",
+        )
     )
     assert "0 candidates are staged, not 30" in staged_count_error(bridge, handle, 30).message
 

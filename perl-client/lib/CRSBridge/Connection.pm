@@ -138,11 +138,15 @@ process's connection rather than a method, for the adds a round makes by the tho
 
 sub journal {
     my ($st, $entry) = @_;
-    my $self = $CURRENT && $CURRENT->{pid} == $$ ? $CURRENT : instance();
+    # Reading $$ is a system call, too dear for every entry: the process is checked when the
+    # entries are sent. A forked child that journals into the connection it inherited changes
+    # nothing that matters: its own connection (instance) starts a new server and restores
+    # every object, whole journals included.
+    my $self = $CURRENT // instance();
     my $jf = $st->{jf};
     push @{ $self->{dirty} }, $st if $st->{sent} == @$jf;
     push @$jf, $entry;
-    $self->_flush_quietly if ++$self->{pending} >= CHUNK;
+    instance()->_flush_quietly if ++$self->{pending} >= CHUNK;
     return;
 }
 

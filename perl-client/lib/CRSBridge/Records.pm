@@ -19,7 +19,8 @@ use CRSBridge::Args qw(
 use CRSBridge::Codec qw(json_str json_num json_int json_str_list);
 
 our @EXPORT_OK = qw(
-    static_stats_param dynamic_stats_param node_stats_param resource_param candidates_param candidates_list
+    static_stats_param dynamic_stats_param node_stats_param resource_param plain_resource plain_name
+    candidates_param candidates_list
 );
 
 BEGIN {
@@ -80,54 +81,60 @@ stats -> C<($json, $refused, $current_node, $target_node_or_undef)>.
 =cut
 
 sub resource_param {
-    my ($r, $mode) = @_;
-    # The common shape, all values plain numbers and strings within bounds, checked and rendered
-    # inline (it runs once per guest and HA round); anything else takes the exact path.
-    FAST: {
-        last FAST if ref $r ne 'HASH';
-        my ($s, $running, $current, $target) = @$r{ 'stats', 'running', 'current-node', 'target-node' };
-        last FAST if ref $s ne 'HASH' || !(_number($running) || _bool($running));
-        # A plain string (not a number, not a reference), not empty, needing no JSON escapes.
-        last FAST if !defined $current || ref $current || _number($current) || $current =~ /["\\\x00-\x1f]/
-            || $current eq '';
-        my $target_json = 'null';
-        if (defined $target) {
-            last FAST if ref $target || _number($target) || $target =~ /["\\\x00-\x1f]/ || $target eq '';
-            $target_json = qq("$target");
-        }
-        my $stats;
-        if ($mode eq 'static') {
-            my ($maxcpu, $maxmem) = @$s{qw(maxcpu maxmem)};
-            last FAST if !_number($maxcpu) || !($maxcpu >= 0 && $maxcpu <= MAX_CORES);
-            last FAST if !_number($maxmem) || !($maxmem >= 0 && $maxmem <= MAX_BYTES);
-            my $cores = $maxcpu == int($maxcpu) ? int($maxcpu) : json_num($maxcpu);
-            $stats = qq({"maxcpu":$cores,"maxmem":) . int($maxmem) . '}';
-        } else {
-            my ($cpu, $maxcpu, $mem, $maxmem) = @$s{qw(cpu maxcpu mem maxmem)};
-            # Plain numbers within crs-bridge's bounds (NaN fails the comparisons).
-            last FAST if !_number($cpu) || !_number($maxcpu) || !_number($mem) || !_number($maxmem)
-                || !($cpu >= 0 && $cpu <= MAX_CORES && $maxcpu >= 0 && $maxcpu <= MAX_CORES)
-                || !($mem >= 0 && $mem <= MAX_BYTES && $maxmem >= 0 && $maxmem <= MAX_BYTES);
-            $stats = '{"cpu":' . _cores_json($cpu) . ',"maxcpu":' . _cores_json($maxcpu)
-                . ',"mem":' . int($mem) . ',"maxmem":' . int($maxmem) . '}';
-        }
-        my $run = $running ? 'true' : 'false';
-        return (qq({"stats":$stats,"running":$run,"current-node":"$current","target-node":$target_json}),
-            0, "$current", defined $target ? "$target" : undef);
-    }
-    my $where = $_[2];
-    $r = resource($_[0], $mode eq 'static' ? \&static_stats : \&dynamic_resource_stats);
+    my @plain = plain_resource($_[0], $_[1]);
+    return ($plain[0], 0, @plain[1, 2]) if @plain;
+    my ($mode, $where) = @_[1, 2];
+    my $r = resource($_[0], $mode eq 'static' ? \&static_stats : \&dynamic_resource_stats);
     my ($stats, $refused) = stats_json($r->{stats}, "$where.stats");
     my ($current, $target) = @$r{qw(current target)};
     $refused ||= $current eq '' || (defined $target && $target eq '');
     return (_resource_json($stats, $r->{running}, $current, $target), $refused, $current, $target);
 }
 
+=item plain_resource($value, $mode)
+
+The common shape of a resource, as the HA manager passes it: a hash of plain numbers within
+crs-bridge's bounds and plain names (strings, not empty, needing no JSON escapes) ->
+C<($json, $current_node, $target_node_or_undef)>, where C<resource_param> would give the same
+values and accept them; the empty list for anything else (C<resource_param> then decodes it
+exactly). Never dies. A stationary resource's JSON has no C<target-node> (null is the default).
+
+=cut
+
+sub plain_resource {
+    my ($r, $mode) = @_;
+    return if ref $r ne 'HASH';
+    my ($s, $running, $current, $target) = @$r{ 'stats', 'running', 'current-node', 'target-node' };
+    # plain_name($current), written out: this runs once per guest and HA round.
+    return if ref $s ne 'HASH' || !(_number($running) || _bool($running))
+        || !defined $current || ref $current || _number($current) || $current eq '' || $current =~ tr/\x00-\x1f"\\//;
+    my $stats;
+    if ($mode eq 'static') {
+        my ($maxcpu, $maxmem) = @$s{qw(maxcpu maxmem)};
+        # NaN fails the comparisons.
+        return if !_number($maxcpu) || !_number($maxmem)
+            || !($maxcpu >= 0 && $maxcpu <= MAX_CORES && $maxmem >= 0 && $maxmem <= MAX_BYTES);
+        my $cores = $maxcpu == int($maxcpu) ? int($maxcpu) : json_num($maxcpu);
+        $stats = qq({"maxcpu":$cores,"maxmem":) . int($maxmem) . '}';
+    } else {
+        my ($cpu, $maxcpu, $mem, $maxmem) = @$s{qw(cpu maxcpu mem maxmem)};
+        return if !_number($cpu) || !_number($maxcpu) || !_number($mem) || !_number($maxmem)
+            || !($cpu >= 0 && $cpu <= MAX_CORES && $maxcpu >= 0 && $maxcpu <= MAX_CORES)
+            || !($mem >= 0 && $mem <= MAX_BYTES && $maxmem >= 0 && $maxmem <= MAX_BYTES);
+        $stats = '{"cpu":' . _cores_json($cpu) . ',"maxcpu":' . _cores_json($maxcpu)
+            . ',"mem":' . int($mem) . ',"maxmem":' . int($maxmem) . '}';
+    }
+    my $run = $running ? 'true' : 'false';
+    return (qq({"stats":$stats,"running":$run,"current-node":"$current"}), "$current", undef) if !defined $target;
+    return if !plain_name($target);
+    return (qq({"stats":$stats,"running":$run,"current-node":"$current","target-node":"$target"}), "$current", "$target");
+}
+
 sub _resource_json {
     my ($stats, $running, $current, $target) = @_;
     return '{"stats":' . $stats . ',"running":' . ($running ? 'true' : 'false')
         . ',"current-node":' . json_str($current)
-        . ',"target-node":' . (defined $target ? json_str($target) : 'null') . '}';
+        . (defined $target ? ',"target-node":' . json_str($target) : '') . '}';
 }
 
 # A core count within bounds as JSON: whole numbers (most limits) as integers, which is cheaper
@@ -165,9 +172,9 @@ sub candidates_param {
         FAST: {
             last FAST if ref $c ne 'HASH';
             my ($leader, $resources, $nodes) = @$c{qw(leader resources nodes)};
-            last FAST if ref $resources ne 'ARRAY' || ref $nodes ne 'ARRAY' || !_plain_name($leader);
+            last FAST if ref $resources ne 'ARRAY' || ref $nodes ne 'ARRAY' || !plain_name($leader);
             # Most bundles are one guest: its single name is checked like the leader.
-            my $r = @$resources == 1 && _plain_name($resources->[0]) ? qq(["$resources->[0]"]) : _names_fast($resources);
+            my $r = @$resources == 1 && plain_name($resources->[0]) ? qq(["$resources->[0]"]) : _names_fast($resources);
             last FAST if !defined $r;
             my $n = $lists{ join("\0", @$nodes) } // _names_fast($nodes, \%lists);
             last FAST if !defined $n;
@@ -181,8 +188,14 @@ sub candidates_param {
 
 sub _scalar_ref { return ref $_[0] eq 'SCALAR' || ref $_[0] eq 'REF' }
 
-# A plain string (not a number, not a reference), not empty, needing no JSON escapes.
-sub _plain_name {
+=item plain_name($value)
+
+Whether C<$value> is a plain string (not a number, not a reference), not empty, needing no JSON
+escapes: a name C<arg_string> accepts as it is, rendered as C<"$value">.
+
+=cut
+
+sub plain_name {
     return defined $_[0] && !ref $_[0] && !_number($_[0]) && $_[0] !~ /["\\\x00-\x1f]/ && $_[0] ne '';
 }
 

@@ -10,7 +10,7 @@ use CRSBridge::Args qw(check_arity check_invocant arg_string arg_usize arg_f64 c
 use CRSBridge::Codec qw(json_str json_int json_num);
 use CRSBridge::Connection;
 use CRSBridge::Mirror;
-use CRSBridge::Records qw(candidates_param candidates_list);
+use CRSBridge::Records qw(candidates_param candidates_list plain_name plain_resource resource_param);
 use Scalar::Util ();
 
 use parent 'CRSBridge::Planning';    # the extras plan_rebalance and explain_migrations
@@ -85,16 +85,25 @@ sub _mutate {
     return;
 }
 
-# _mutate for add_service/add_resource ($method) of $sid, with resource_param's results in
-# @rest: the common case written out, as it runs once per guest and HA round.
+# add_service/add_resource ($method) of the caller's sid and resource ($_[4], $_[5]: aliases, as
+# the decoders take them) in $mode, named $where in error texts. The common case, a plain sid
+# and a plain resource (CRSBridge::Records::plain_resource), runs once per guest and HA round:
+# it is recorded and journaled at once; anything else is decoded exactly and goes through
+# _mutate (a value the server refuses is sent as a single call, for its message).
 sub _add_resource {
-    my ($st, $method, $sid, $json, $refused, $current, $target) = @_;
-    if ($refused || $sid eq '' || $st->{poison} || $sid =~ /["\\\x00-\x1f]/) {
-        return _mutate($st, $method, json_str($sid) . ",$json", $refused || $sid eq '',
-            add_resource => $sid, $current, $target);
+    my ($st, $method, $mode, $where) = @_;
+    my $sid = $_[4];
+    if (!$st->{poison} && plain_name($sid)) {
+        my ($json, $current, $target) = plain_resource($_[5], $mode);
+        if (defined $json) {
+            $st->{mirror}->add_resource($sid, $current, $target);    # dies with upstream's message
+            CRSBridge::Connection::journal($st, qq(["$method","$sid",$json]));
+            return;
+        }
     }
-    $st->{mirror}->add_resource($sid, $current, $target);
-    CRSBridge::Connection::journal($st, qq(["$method","$sid",$json]));
+    $sid = arg_string($_[4]);
+    my ($json, $refused, $current, $target) = resource_param($_[5], $mode, $where);
+    _mutate($st, $method, json_str($sid) . ",$json", $refused || $sid eq '', add_resource => $sid, $current, $target);
     return;
 }
 

@@ -7,7 +7,7 @@ use parent 'CRSBridge::Scheduler';
 
 use CRSBridge::Args qw(check_arity arg_string);
 use CRSBridge::Codec qw(json_str);
-use CRSBridge::Records qw(node_stats_param dynamic_stats_param resource_param);
+use CRSBridge::Records qw(node_stats_param dynamic_stats_param);
 
 use constant BINDING => __PACKAGE__;
 use constant MODE => 'dynamic';
@@ -83,8 +83,7 @@ scheduler. Returns nothing.
 sub add_resource {
     check_arity('add_resource', \@_, qw(this sid resource)) if @_ != 3;
     my $st = CRSBridge::Scheduler::_state($_[0]);
-    my $sid = arg_string($_[1]);
-    CRSBridge::Scheduler::_add_resource($st, 'add_resource', $sid, resource_param($_[2], 'dynamic', 'resource'));
+    CRSBridge::Scheduler::_add_resource($st, 'add_resource', 'dynamic', 'resource', $_[1], $_[2]);
     return;
 }
 

@@ -7,7 +7,7 @@ use parent 'CRSBridge::Scheduler';
 
 use CRSBridge::Args qw(check_arity arg_string arg_usize out_of_bounds_cores out_of_bounds_bytes);
 use CRSBridge::Codec qw(json_str json_int);
-use CRSBridge::Records qw(static_stats_param resource_param);
+use CRSBridge::Records qw(static_stats_param);
 
 use constant BINDING => __PACKAGE__;
 use constant MODE => 'static';
@@ -93,8 +93,7 @@ node>, C<nodes for resource '<sid>' do not exist>. Returns nothing.
 sub add_service {
     check_arity('add_service', \@_, qw(this sid service)) if @_ != 3;
     my $st = CRSBridge::Scheduler::_state($_[0]);
-    my $sid = arg_string($_[1]);
-    CRSBridge::Scheduler::_add_resource($st, 'add_service', $sid, resource_param($_[2], 'static', 'service'));
+    CRSBridge::Scheduler::_add_resource($st, 'add_service', 'static', 'service', $_[1], $_[2]);
     return;
 }
 
