@@ -19,7 +19,7 @@ from .imbalance import Formula, imbalance_bounds, imbalance_from_sums, node_imba
 from .stats import ResourceStats
 from .topsis import load_criteria, topsis_rank, topsis_scores
 from .usage import NodeView
-from .whatif import WhatIf, exact_load_sums, exact_square_sums, what_if
+from .whatif import WhatIf, exact_load_sums, exact_square_sums, rows_by_node, what_if
 
 Method = Literal["bruteforce", "topsis"]
 METHODS: tuple[Method, ...] = ("bruteforce", "topsis")
@@ -133,10 +133,11 @@ def topsis_criteria(w: WhatIf) -> np.ndarray:
     n = len(view)
     cpu, mem = view.cpu_loads(), view.mem_loads()
     a, b = batch.src, batch.tgt
+    groups = rows_by_node(a, n), rows_by_node(b, n)
     return load_criteria(
-        exact_square_sums(cpu, a, w.cpu_src, b, w.cpu_tgt),
+        exact_square_sums(cpu, a, w.cpu_src, b, w.cpu_tgt, groups),
         _max_with_two_replaced(cpu, a, w.cpu_src, b, w.cpu_tgt),
-        exact_square_sums(mem, a, w.mem_src, b, w.mem_tgt),
+        exact_square_sums(mem, a, w.mem_src, b, w.mem_tgt, groups),
         _max_with_two_replaced(mem, a, w.mem_src, b, w.mem_tgt),
         n,
     )
@@ -251,10 +252,11 @@ def score_nodes_to_start(view: NodeView, stats: ResourceStats) -> list[tuple[str
     new_cpu = (view.cpu + added_cpu) / view.maxcpu
     new_mem = (view.mem + stats.maxmem).astype(np.float64) / view.maxmem
     x, none = np.arange(n), np.full(n, -1)
+    groups = rows_by_node(x, n), rows_by_node(none, n)
     matrix = load_criteria(
-        exact_square_sums(cpu, x, new_cpu, none, new_cpu),
+        exact_square_sums(cpu, x, new_cpu, none, new_cpu, groups),
         _max_with_two_replaced(cpu, x, new_cpu, none, new_cpu),
-        exact_square_sums(mem, x, new_mem, none, new_mem),
+        exact_square_sums(mem, x, new_mem, none, new_mem, groups),
         _max_with_two_replaced(mem, x, new_mem, none, new_mem),
         n,
     )

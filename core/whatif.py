@@ -62,17 +62,28 @@ def what_if(batch: CandidateBatch) -> WhatIf:
 Term = Callable[[int], "float | np.ndarray"]
 
 
+#: Rows grouped by node: entry j holds the rows whose node is j (see :func:`rows_by_node`).
+NodeRows = list[np.ndarray]
+
+
 def replaced_sums(
-    n: int, term: Term, a: np.ndarray, term_a: np.ndarray, b: np.ndarray, term_b: np.ndarray
+    n: int,
+    term: Term,
+    a: np.ndarray,
+    term_a: np.ndarray,
+    b: np.ndarray,
+    term_b: np.ndarray,
+    groups: tuple[NodeRows, NodeRows] | None = None,
 ) -> np.ndarray:
     """Left-to-right sums over nodes 0..n-1, one per row: row i adds ``term(j)`` for every node j,
     except ``term_a[i]`` at node ``a[i]`` and ``term_b[i]`` at node ``b[i]`` (use -1 for none).
 
-    ``term(j)`` is a scalar or a per-row array. Cost: n vector additions plus O(rows) fix-ups.
+    ``term(j)`` is a scalar or a per-row array. ``groups``: ``rows_by_node`` of ``a`` and of
+    ``b``, when the caller has them. Cost: n vector additions plus O(rows) fix-ups.
     """
     rows = len(a)
     acc = np.zeros(rows)
-    by_a, by_b = _rows_by_node(a, n), _rows_by_node(b, n)
+    by_a, by_b = groups or (rows_by_node(a, n), rows_by_node(b, n))
     for j in range(n):
         ia, ib = by_a[j], by_b[j]
         fixed_a = acc[ia] + term_a[ia]
@@ -83,7 +94,8 @@ def replaced_sums(
     return acc
 
 
-def _rows_by_node(nodes: np.ndarray, n: int) -> list[np.ndarray]:
+def rows_by_node(nodes: np.ndarray, n: int) -> NodeRows:
+    """The rows of ``nodes`` (node indices, -1 for none) grouped by node 0..n-1, in row order."""
     # On 16-bit keys NumPy's stable sort is a radix sort, some 40x faster than on int64 keys.
     keys = nodes.astype(np.int16) if n < 2**15 else nodes
     order = np.argsort(keys, kind="stable")
@@ -97,7 +109,8 @@ def exact_load_sums(loads: np.ndarray, w: WhatIf, rows: np.ndarray) -> tuple[np.
     n, batch = len(loads), w.batch
     a, b = batch.src[rows], batch.tgt[rows]
     la, lb = w.load_src[rows], w.load_tgt[rows]
-    total = replaced_sums(n, loads.__getitem__, a, la, b, lb)
+    groups = rows_by_node(a, n), rows_by_node(b, n)
+    total = replaced_sums(n, loads.__getitem__, a, la, b, lb, groups)
     mean = total / n
     da, db = la - mean, lb - mean
 
@@ -105,11 +118,19 @@ def exact_load_sums(loads: np.ndarray, w: WhatIf, rows: np.ndarray) -> tuple[np.
         d = loads[j] - mean
         return d * d
 
-    squares = replaced_sums(n, deviation_squared, a, da * da, b, db * db)
+    squares = replaced_sums(n, deviation_squared, a, da * da, b, db * db, groups)
     return total, squares
 
 
-def exact_square_sums(values: np.ndarray, a: np.ndarray, va: np.ndarray, b: np.ndarray, vb: np.ndarray) -> np.ndarray:
-    """Left-to-right sums of squares of ``values`` with ``va``/``vb`` in place at ``a``/``b``."""
+def exact_square_sums(
+    values: np.ndarray,
+    a: np.ndarray,
+    va: np.ndarray,
+    b: np.ndarray,
+    vb: np.ndarray,
+    groups: tuple[NodeRows, NodeRows] | None = None,
+) -> np.ndarray:
+    """Left-to-right sums of squares of ``values`` with ``va``/``vb`` in place at ``a``/``b``
+    (``groups``: see :func:`replaced_sums`)."""
     squares = values * values
-    return replaced_sums(len(values), squares.__getitem__, a, va * va, b, vb * vb)
+    return replaced_sums(len(values), squares.__getitem__, a, va * va, b, vb * vb, groups)
