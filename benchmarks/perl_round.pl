@@ -7,12 +7,23 @@
 #       [--mode static|dynamic] [--json PP|XS]   (no --json: runs each available backend)
 #       [--split]                (time per phase, and the client's CPU time in it)
 #       [--server-trace FILE]    (run the server with --trace FILE and print its time per request kind)
+#       [--lib DIR]              (the Perl client to measure; default: perl-client/lib of this tree)
+#
+# A before/after comparison runs both sides alternately, each with its own client and server, e.g.
+#   CRS_BRIDGE_COMMAND="env PYTHONPATH=/tmp/old /work/main/.venv/bin/python -m bridge serve" \
+#       perl benchmarks/perl_round.pl --lib /tmp/old/perl-client/lib ...
 
 use strict;
 use warnings;
 
 use FindBin;
-use lib "$FindBin::Bin/../perl-client/lib";
+my $LIB;
+BEGIN {
+    # --lib is needed before the client is loaded; the other options are read below.
+    my ($at) = grep { $ARGV[$_] eq '--lib' } 0 .. $#ARGV - 1;
+    $LIB = defined $at ? $ARGV[ $at + 1 ] : "$FindBin::Bin/../perl-client/lib";
+}
+use lib $LIB;
 
 use Getopt::Long;
 use List::Util ();
@@ -20,15 +31,16 @@ use POSIX ();
 use Time::HiRes qw(time clock_gettime CLOCK_PROCESS_CPUTIME_ID);
 
 my %opt = (rounds => 50, nodes => 16, guests => 2000, mode => 'static');
-GetOptions(\%opt, 'rounds=i', 'nodes=i', 'guests=i', 'mode=s', 'json=s', 'split', 'server-trace=s')
+GetOptions(\%opt, 'rounds=i', 'nodes=i', 'guests=i', 'mode=s', 'json=s', 'split', 'server-trace=s', 'lib=s')
     or die "usage: $0 [--rounds N] [--nodes N] [--guests N] [--mode static|dynamic] [--json PP|XS] [--split]"
-    . " [--server-trace FILE]\n";
+    . " [--server-trace FILE] [--lib DIR]\n";
 
 if (!$opt{json}) {
     # One process per backend: the backend is chosen once per process.
     my @args = map { ("--$_", $opt{$_}) } qw(rounds nodes guests mode);
     push @args, '--split' if $opt{split};
     push @args, '--server-trace', $opt{'server-trace'} if $opt{'server-trace'};
+    push @args, '--lib', $opt{lib} if $opt{lib};
     for my $json ('PP', 'XS') {
         if ($json eq 'XS' && !eval { require Cpanel::JSON::XS; 1 }) {
             print "XS: Cpanel::JSON::XS is not installed, skipped\n";

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from core import InvalidInputError, NodeStats, ResourceStats, Scheduler, SchedulingError
+from core import InvalidInputError, NodeStats, Resource, ResourceStats, Scheduler, SchedulingError
 from core.limits import MAX_BYTES, MAX_CORES
 
 from . import convert
@@ -76,16 +76,61 @@ def apply(scheduler: Scheduler, mode: str, mutations: Prepared) -> None:
     They run on a copy of the usage, which replaces the scheduler's only when every one
     succeeded; the first failure is raised as a :class:`~bridge.errors.MutationError` naming its
     entry, and the scheduler is unchanged.
+
+    Runs of resource adds (a round's guests) go to the engine in bulk
+    (:meth:`~core.Scheduler.add_resources`, documented as the adds one by one). Should that fail,
+    the mutations run again one by one on a fresh copy: that run names the failing entry, and
+    its outcome is the one that counts.
     """
-    mutators = MUTATORS[mode]
+    trial = _trial(scheduler)
+    try:
+        _run_in_bulk(trial, mode, mutations.entries)
+    except (SchedulingError, InvalidInputError):
+        trial = _trial(scheduler)
+        _run_one_by_one(trial, mode, mutations.entries)
+    scheduler.usage = trial.usage
+
+
+def _trial(scheduler: Scheduler) -> Scheduler:
     trial = copy.copy(scheduler)
     trial.usage = scheduler.usage.copy()
-    for index, (method, args) in enumerate(mutations.entries):
+    return trial
+
+
+#: mode -> the mutation that adds a resource (what a round sends by the thousand).
+_ADDS = {"static": "add_service", "dynamic": "add_resource"}
+
+
+def _run_in_bulk(trial: Scheduler, mode: str, entries: list[tuple[str, tuple]]) -> None:
+    mutators, adds = MUTATORS[mode], _ADDS[mode]
+    # Resources are immutable and hold no sid: equal adds share one (a round's guests repeat a
+    # few sizes and nodes; stats of equal value are one object already, see prepared).
+    shared: dict[tuple, Resource] = {}
+    rows: list[tuple[str, Resource]] = []
+    for method, args in entries:
+        if method != adds:
+            if rows:
+                trial.add_resources(rows, trusted=True)
+                rows = []
+            mutators[method](trial, *args)
+            continue
+        sid, stats, running, current, target = args
+        key = (id(stats), running, current, target)  # the entries keep every stats object alive
+        resource = shared.get(key)
+        if resource is None:
+            resource = shared[key] = Resource(stats, bool(running), current, target)
+        rows.append((sid, resource))
+    if rows:
+        trial.add_resources(rows, trusted=True)
+
+
+def _run_one_by_one(trial: Scheduler, mode: str, entries: list[tuple[str, tuple]]) -> None:
+    mutators = MUTATORS[mode]
+    for index, (method, args) in enumerate(entries):
         try:
             mutators[method](trial, *args)
         except (SchedulingError, InvalidInputError) as exc:
             raise MutationError(index, method, exc) from None
-    scheduler.usage = trial.usage
 
 
 # -- from the models ------------------------------------------------------------------------
@@ -160,8 +205,8 @@ def prepared(mode: str, entries: Any) -> Prepared | None:
 
 
 # Each check returns the value the models would produce, or None for anything they refuse or
-# might treat differently. They are the rules of bridge/models.py's scalar types, written out
-# in the parsers of the common entries (a round runs them thousands of times):
+# might treat differently. They are the rules of bridge/models.py's scalar types (_placed, which
+# a round runs thousands of times, writes the name and running checks out):
 #   Name: a non-empty str.
 #   Cores: a float or int (not a bool), finite, in [0, MAX_CORES]; as a float, -0.0 as 0.0.
 #   Bytes: an int (not a bool), or a float holding an integer (as that int); in [0, MAX_BYTES].
@@ -177,6 +222,13 @@ def _running(value: Any) -> bool | None:
     return value != 0 if kind is int or kind is float else None
 
 
+def _cores(value: Any) -> float | None:
+    kind = type(value)
+    if (kind is float or kind is int) and 0 <= value <= MAX_CORES:
+        return float(value) + 0.0
+    return None
+
+
 def _integer(value: Any, low: int, high: int) -> int | None:  # Bytes (or a node's counts) in [low, high]
     kind = type(value)
     if kind is float and value.is_integer():
@@ -185,38 +237,23 @@ def _integer(value: Any, low: int, high: int) -> int | None:  # Bytes (or a node
 
 
 def _stats(record: Any, dynamic: bool, shared: dict) -> ResourceStats | None:
-    """StaticStats as static_stats gives them, or DynamicStats as dynamic_stats gives them."""
+    """StaticStats as static_stats gives them, or DynamicStats as dynamic_stats gives them;
+    equal values give the one object in ``shared``."""
     if type(record) is not dict:
         return None
-    maxcpu, maxmem = record.get("maxcpu"), record.get("maxmem")
-    kind = type(maxcpu)  # NaN fails the range test; ints up to MAX_CORES are exact floats
-    if (kind is not float and kind is not int) or not 0 <= maxcpu <= MAX_CORES:
+    maxcpu, maxmem = _cores(record.get("maxcpu")), _integer(record.get("maxmem"), 0, MAX_BYTES)
+    if maxcpu is None or maxmem is None:
         return None
-    kind = type(maxmem)
-    if kind is float and maxmem.is_integer():
-        maxmem, kind = int(maxmem), int
-    if kind is not int or not 0 <= maxmem <= MAX_BYTES:
-        return None
-    if not dynamic:
-        key = (maxcpu, maxmem)  # validated numbers: equal keys, equal values (1 == 1.0 == 1.0 + 0.0)
-        stats = shared.get(key)
-        if stats is None:
-            maxcpu = float(maxcpu) + 0.0
-            stats = shared[key] = ResourceStats(maxcpu, maxcpu, maxmem, maxmem)
-        return stats
-    cpu, mem = record.get("cpu"), record.get("mem")
-    kind = type(cpu)
-    if (kind is not float and kind is not int) or not 0 <= cpu <= MAX_CORES:
-        return None
-    kind = type(mem)
-    if kind is float and mem.is_integer():
-        mem, kind = int(mem), int
-    if kind is not int or not 0 <= mem <= MAX_BYTES:
-        return None
-    key = (cpu, maxcpu, mem, maxmem)
-    stats = shared.get(key)
+    if dynamic:
+        cpu, mem = _cores(record.get("cpu")), _integer(record.get("mem"), 0, MAX_BYTES)
+        if cpu is None or mem is None:
+            return None
+        values = (cpu, maxcpu, mem, maxmem)
+    else:
+        values = (maxcpu, maxcpu, maxmem, maxmem)
+    stats = shared.get(values)
     if stats is None:
-        stats = shared[key] = ResourceStats(float(cpu) + 0.0, float(maxcpu) + 0.0, mem, maxmem)
+        stats = shared[values] = ResourceStats(*values)
     return stats
 
 
@@ -264,13 +301,6 @@ def _dynamic_node(entry: list, shared: dict) -> tuple | None:
     if name is None or cpu is None or maxcpu is None or mem is None or maxmem is None:
         return None
     return (name, NodeStats(cpu, maxcpu, mem, maxmem))
-
-
-def _cores(value: Any) -> float | None:
-    kind = type(value)
-    if (kind is float or kind is int) and 0 <= value <= MAX_CORES:
-        return float(value) + 0.0
-    return None
 
 
 def _legacy(entry: list, shared: dict) -> tuple | None:

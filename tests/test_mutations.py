@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from bridge import mutations
-from bridge.errors import ParamsError
+from bridge.errors import MutationError, ParamsError
 from bridge.methods import Bridge
-from core import NodeStats, ResourceStats
+from core import Aggregation, InvalidInputError, NodeStats, ResourceStats, SchedulingError, new_scheduler
 from core.limits import MAX_BYTES, MAX_CORES
 
 # Values of every kind a JSON decoder can hand over, valid and not; and pools of mostly valid
@@ -185,3 +185,108 @@ def test_a_bad_value_deep_in_a_long_list_is_named_as_the_models_name_it():
     else:
         raise AssertionError("a fractional byte count was accepted")
     assert bridge.call("scheduler.list_nodes", [handle]) == []
+
+
+# -- apply: runs of adds in bulk, against the mutations one by one --------------------------
+
+# Enough sids for most batches to succeed, and some duplicates.
+SIDS = st.integers(1, 200).map(lambda i: f"vm:{i}")
+# Mostly known nodes; n4 is unknown until an entry adds it. Mostly stationary resources.
+NODES = st.sampled_from(["n1", "n2", "n3"] * 6 + ["n4"])
+TARGETS = st.sampled_from([None] * 12 + ["n1", "n2", "n3", "n4"])
+#: Resource stats, a few shared objects and some fresh ones (equal values, other objects); huge
+#: memory makes a node's aggregated memory overflow (an InvalidInputError of the engine).
+RESOURCE_STATS = st.one_of(
+    st.sampled_from([ResourceStats(1.0, 1.0, GiB, GiB), ResourceStats(0.5, 2.0, 0, 4 * GiB)]),
+    st.builds(
+        lambda cpu, mem: ResourceStats(cpu, cpu, mem, mem),
+        st.sampled_from([0.0, 0.25, 4.0]),
+        st.sampled_from([0, GiB, MAX_BYTES // 3]),
+    ),
+)
+
+
+@st.composite
+def engine_entries(draw, mode: str, first: bool) -> list:
+    """Mutations of ``mode`` as the engine takes them (``Prepared.entries``): the ``first`` batch
+    adds nodes n1 to n3; then mostly resource adds (runs of them), some of them failing, with
+    other mutations in between."""
+    node_stats = [(16, 64 * GiB), (8, 32 * GiB), (4, 16 * GiB)] if first else []
+    entries = [
+        (
+            "add_node",
+            (f"n{i + 1}", *stats) if mode == "static" else (f"n{i + 1}", NodeStats(1.0, stats[0], GiB, stats[1])),
+        )
+        for i, stats in enumerate(node_stats)
+    ]
+    add = "add_service" if mode == "static" else "add_resource"
+    remove = "remove_service_usage" if mode == "static" else "remove_resource"
+    placed = st.tuples(SIDS, RESOURCE_STATS, st.booleans(), NODES, TARGETS)
+    node = st.tuples(st.sampled_from(["n1", "n4"]), st.just(8), st.just(32 * GiB))
+    if mode == "dynamic":
+        node = node.map(lambda n: (n[0], NodeStats(0.5, n[1], 0, n[2])))
+    others = [
+        st.tuples(st.just("add_node"), node),
+        st.tuples(st.just("remove_node"), st.tuples(st.sampled_from(["n2", "n4"]))),
+        st.tuples(st.just(remove), st.tuples(SIDS)),
+    ]
+    if mode == "static":
+        others.append(st.tuples(st.just("add_service_usage_to_node"), st.tuples(NODES, SIDS, RESOURCE_STATS)))
+    for _ in range(draw(st.integers(0, 12))):
+        # Three in four are adds, so that runs of them form.
+        entries.append(draw(st.tuples(st.just(add), placed) if draw(st.integers(0, 3)) else st.one_of(others)))
+    return entries
+
+
+def state(scheduler) -> tuple:
+    """What a scheduler holds, as every query would see it (views bit for bit: the order of
+    each node's resources decides their sums)."""
+    usage = scheduler.usage
+    views = [usage.view(a) for a in Aggregation]
+    return (
+        usage.node_names(),
+        list(usage.resources().items()),
+        [(v.cpu.tobytes(), v.mem.tobytes(), v.maxcpu.tobytes(), v.maxmem.tobytes()) for v in views],
+    )
+
+
+def one_by_one(mode: str, batches: list) -> tuple:
+    """The outcome of applying ``batches`` with every mutation run as its single call does: a
+    failing batch leaves the state as it was and names its entry."""
+    scheduler, errors = new_scheduler(mode), []
+    for batch in batches:
+        trial = new_scheduler(mode)
+        trial.usage = scheduler.usage.copy()
+        for index, (method, args) in enumerate(batch):
+            try:
+                mutations.MUTATORS[mode][method](trial, *args)
+            except (SchedulingError, InvalidInputError) as exc:
+                errors.append(str(MutationError(index, method, exc)))
+                break
+        else:
+            scheduler = trial
+            errors.append(None)
+    return state(scheduler), errors
+
+
+def applied(mode: str, batches: list) -> tuple:
+    scheduler, errors = new_scheduler(mode), []
+    for batch in batches:
+        try:
+            mutations.apply(scheduler, mode, mutations.Prepared(list(batch)))
+            errors.append(None)
+        except MutationError as exc:
+            errors.append(str(exc))
+    return state(scheduler), errors
+
+
+@st.composite
+def sessions(draw) -> tuple[str, list]:
+    mode = draw(st.sampled_from(["static", "dynamic"]))
+    return mode, [draw(engine_entries(mode, True))] + draw(st.lists(engine_entries(mode, False), max_size=2))
+
+
+@given(sessions())
+def test_apply_gives_what_the_mutations_one_by_one_give(session):
+    mode, batches = session
+    assert applied(mode, batches) == one_by_one(mode, batches)

@@ -10,6 +10,7 @@ use lib "$FindBin::Bin/lib", "$FindBin::Bin/../lib";
 
 use Test::More;
 use CRSBridgeTest;
+use CRSBridge::Connection;
 use PVE::RS::ResourceScheduling::Static;
 
 sub service {
@@ -66,5 +67,35 @@ is($usage->calculate_node_imbalance, $reference->calculate_node_imbalance, "the 
 isnt($usage->calculate_node_imbalance, $before, '... including its buffered add');
 is(error_of { $dropped_in_child->calculate_node_imbalance }, '', 'an object the child dropped still works here');
 is_deeply(server_call($dropped_in_child, 'list_nodes'), [qw(a b c)], '... and is intact on the server');
+
+# A child whose first calls are adds, enough for parts of them to be sent: the journal does not
+# look at the process id per entry, the sending does, so they go to the child's own server.
+my $imbalance = $usage->calculate_node_imbalance;
+my $adds = 3 * CRSBridge::Connection::CHUNK;
+pipe($reader, $writer) or die "pipe: $!";
+$child = fork() // die "fork: $!";
+if (!$child) {
+    close($reader);
+    $usage->add_service("vm:child$_", service('c', 0.5)) for 1 .. $adds;
+    my $copy = PVE::RS::ResourceScheduling::Static->new();
+    $copy->add_node($_, 16, 64 * GiB) for qw(a b c);
+    $copy->add_service('vm:1', service('a', 8));
+    $copy->add_service('vm:2', service('b', 2));
+    $copy->add_service("vm:child$_", service('c', 0.5)) for 1 .. $adds;
+    my $same = $usage->calculate_node_imbalance == $copy->calculate_node_imbalance;
+    my $own = (server_pid() // $parent_server) != $parent_server;
+    print {$writer} ($same ? 'same ' : '') . ($own ? 'own-server' : ''), "\n";
+    close($writer);
+    exit 0;
+}
+close($writer);
+$report = <$reader> // '';
+waitpid($child, 0);
+is($?, 0, 'a child that only added: exited cleanly');
+like($report, qr/\bsame\b/, '... its adds reached its own state');
+like($report, qr/\bown-server\b/, '... on its own server');
+is(server_pid(), $parent_server, 'the parent kept its server');
+is($usage->calculate_node_imbalance, $imbalance, "... and its state: none of the child's adds reached it");
+is(error_of { $usage->add_service('vm:child1', service('c', 0.5)) }, '', '... nor its mirror');
 
 done_testing();

@@ -18,14 +18,15 @@ use CRSBridge::Records qw(candidates_param);
 use PVE::RS::ResourceScheduling::Static;
 use PVE::RS::ResourceScheduling::Dynamic;
 
-# Count the requests written to the server, by method.
-my %sent;
+# Count the requests written to the server, by method, and the bundles of each staged part.
+my (%sent, @part_sizes);
 {
     no warnings 'redefine';
     my $queue = \&CRSBridge::Process::queue;
     *CRSBridge::Process::queue = sub {
         my ($self, $bytes) = @_;
         $sent{$1}++ while $bytes =~ /"method":"([^"]+)"/g;
+        push @part_sizes, scalar(() = $bytes =~ /"leader":/g) if $bytes =~ /"method":"scheduler\.stage_candidates"/;
         return $queue->(@_);
     };
 }
@@ -69,15 +70,20 @@ sub whole {
     return server_call($usage, $method, '"candidates":' . candidates_param($list) . ',"limit":' . json_int($limit));
 }
 
+# The parts: a small first one (the server starts early), each next one twice the last, up to
+# the most: 125, 250, 500, 425 of the 1300.
+my ($first, $most) = (CRSBridge::Scheduler::FIRST_PART, CRSBridge::Scheduler::PART);
+my @parts = ($first, 2 * $first, $most, $guests - 3 * $first - $most);
+
 for my $class ('PVE::RS::ResourceScheduling::Static', 'PVE::RS::ResourceScheduling::Dynamic') {
     subtest $class => sub {
         my $usage = cluster($class);
         my $list = candidates();
         for my $method ('score_best_balancing_migration_candidates', 'score_best_balancing_migration_candidates_topsis') {
             for my $limit (0, 1, 7, 100_000) {
-                %sent = ();
+                (%sent, @part_sizes) = ();
                 my $got = $usage->$method($list, $limit);
-                is($sent{'scheduler.stage_candidates'}, 3, "$method, limit $limit: sent in 3 parts");
+                is_deeply(\@part_sizes, \@parts, "$method, limit $limit: sent in parts of @parts");
                 is($sent{'scheduler.score_staged_candidates'}, 1, '... and scored as one');
                 is_deeply($got, whole($usage, "$method", $list, $limit), '... with the answer of the whole list');
             }

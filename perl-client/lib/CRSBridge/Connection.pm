@@ -19,9 +19,7 @@ use CRSBridge::Process;
 
 # Buffered mutations are sent once this many have piled up (over all objects): the server
 # applies them while Perl builds the next ones, and a query waits for at most this many.
-# After an answer the server is idle: the first part sent then is FIRST_CHUNK entries, and each
-# next one twice the last, up to CHUNK, so that the server starts early without many small parts.
-use constant { CHUNK => 250, FIRST_CHUNK => 32 };
+use constant CHUNK => 250;
 # Most journal entries in one scheduler.apply (a replay of a longer journal takes several).
 use constant APPLY_MAX => 10000;
 
@@ -77,7 +75,7 @@ sub instance {
     $CURRENT->_abandon if $CURRENT;
     return $CURRENT = bless {
         pid => $$, proc => undef, srv => '', number => 0, next_id => 1,
-        dirty => [], frees => [], batches => [], pending => 0, chunk => FIRST_CHUNK,
+        dirty => [], frees => [], batches => [], pending => 0,
     }, __PACKAGE__;
 }
 
@@ -139,7 +137,7 @@ process's connection rather than a method, for the adds a round makes by the tho
 =cut
 
 sub journal {
-    my ($st, $entry) = @_;
+    my $st = $_[0];    # the entry, $_[1], is not copied but once, into the journal
     # Reading $$ is a system call, too dear for every entry: the process is checked when the
     # entries are sent. A forked child that journals into the connection it inherited changes
     # nothing that matters: its own connection (instance) starts a new server and restores
@@ -147,8 +145,8 @@ sub journal {
     my $self = $CURRENT // instance();
     my $jf = $st->{jf};
     push @{ $self->{dirty} }, $st if $st->{sent} == @$jf;
-    push @$jf, $entry;
-    instance()->_flush_quietly if ++$self->{pending} >= $self->{chunk};
+    push @$jf, $_[1];
+    instance()->_flush_quietly if ++$self->{pending} >= CHUNK;
     return;
 }
 
@@ -200,14 +198,9 @@ sub _call_once {
     my ($self, $st, $method, $params, $positional) = @_;
     $self->_ensure_server;
     die $st->{poison} if $st && $st->{poison};
-    # A new object's answer does not depend on frees: they follow its request, and the server
-    # frees (an HA round: the last round's object) while the caller fills the new object.
-    my $frees_after = $method eq 'scheduler.new';
-    $self->_flush($frees_after);
+    $self->_flush;
     my $id = $self->_send($st, $method, $params, $positional);
-    $self->_flush if $frees_after;
     my $answer = $self->_await($id, $self->_deadline);
-    $self->{chunk} = FIRST_CHUNK;
     die $st->{poison} if $st && $st->{poison};
     return $answer;
 }
@@ -272,7 +265,6 @@ sub _call_series_once {
         push @ids, $self->_send($st, $method, $params->[$i]);
     }
     my @answers = map { $self->_await($_, $self->_deadline) } @ids;
-    $self->{chunk} = FIRST_CHUNK;
     die $st->{poison} if $st->{poison};
     return \@answers;
 }
@@ -340,7 +332,7 @@ sub _ensure_server {
     $self->{proc} = CRSBridge::Process->spawn;
     $self->{number} = ++$SERVERS;
     $self->{srv} = "$SERVERS/$$";
-    @$self{qw(dirty frees batches pending chunk)} = ([], [], [], 0, FIRST_CHUNK);
+    @$self{qw(dirty frees batches pending)} = ([], [], [], 0);
     $self->_restore;
     return;
 }
@@ -380,10 +372,10 @@ sub _restore {
 
 # -- batches ---------------------------------------------------------------------------------
 
-# Queue all unsent journal entries (one scheduler.apply per object) and, unless $keep_frees, the
-# frees, as one batch; answers are checked as they come.
+# Queue all unsent journal entries (one scheduler.apply per object) and frees as one batch;
+# answers are checked as they come.
 sub _flush {
-    my ($self, $keep_frees) = @_;
+    my ($self) = @_;
     $self->{pending} = 0;
     return if !$self->{proc};
     my $srv = $self->{srv};
@@ -402,15 +394,12 @@ sub _flush {
         $st->{sent} = @$jf;
     }
     $self->{dirty} = [];
-    $self->{chunk} = $self->{chunk} * 2 < CHUNK ? $self->{chunk} * 2 : CHUNK if @parts;
     push @ranges, [ $id, undef, 0 ];
-    if (!$keep_frees) {
-        for my $handle (@{ $self->{frees} }) {
-            push @parts, '{"jsonrpc":"2.0","method":"scheduler.free","id":' . $id++
-                . ',"params":{"scheduler":' . json_str($handle) . '}}';
-        }
-        $self->{frees} = [];
+    for my $handle (@{ $self->{frees} }) {
+        push @parts, '{"jsonrpc":"2.0","method":"scheduler.free","id":' . $id++
+            . ',"params":{"scheduler":' . json_str($handle) . '}}';
     }
+    $self->{frees} = [];
     return if !@parts;
     my $line = '[' . join(',', @parts) . "]\n";
     utf8::encode($line);

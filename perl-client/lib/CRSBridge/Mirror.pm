@@ -32,6 +32,8 @@ sub new {
     # order: node names in insertion order; nodes: name -> 1; res: sid -> its node (a stationary
     # resource: a string, no array per guest) or [current, target] (a moving one). No index of
     # each node's resources: only remove_node needs one, and it is rare, while adds are many.
+    # CRSBridge::Scheduler's add fast path records a new stationary resource on a known node in
+    # res itself, as add_resource would (a method call per guest is too dear there).
     return bless { order => [], nodes => {}, res => {} }, $class;
 }
 

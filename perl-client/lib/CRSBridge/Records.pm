@@ -1,11 +1,14 @@
 package CRSBridge::Records;
 
 # The binding's input records (binding.md section 2.1): decoded as upstream decodes them and
-# rendered as the JSON the server takes. The common shape (plain numbers and strings, as the
-# HA manager passes them) goes through a fast path; anything else goes through the exact
-# decoders of CRSBridge::Args, which also produce upstream's error messages. A whole argument
-# is decoded before any value is checked against crs-bridge's bounds, as upstream reports
-# decoding errors only.
+# rendered as the JSON the server takes. The common shape (plain numbers and plain names, as the
+# HA manager passes them) goes through a fast path (for the adds' resources, in
+# CRSBridge::Scheduler); anything else goes through the exact decoders of CRSBridge::Args,
+# which also produce upstream's error messages. A whole argument is decoded before any value is
+# checked against crs-bridge's bounds, as upstream reports decoding errors only.
+#
+# A plain name is a string (not a number, not a reference), not empty, needing no JSON escapes:
+# arg_string accepts it as it is, and it is rendered as "$name".
 
 use strict;
 use warnings;
@@ -19,8 +22,7 @@ use CRSBridge::Args qw(
 use CRSBridge::Codec qw(json_str json_num json_int json_str_list);
 
 our @EXPORT_OK = qw(
-    static_stats_param dynamic_stats_param node_stats_param resource_param plain_resource plain_name
-    candidates_param candidates_list
+    static_stats_param dynamic_stats_param node_stats_param resource_param candidates_param candidates_list
 );
 
 BEGIN {
@@ -76,13 +78,12 @@ sub node_stats_param {
 =item resource_param($value, $mode, $where)
 
 C<{stats, running, 'current-node', 'target-node'}> with static (C<$mode> 'static') or dynamic
-stats -> C<($json, $refused, $current_node, $target_node_or_undef)>.
+stats -> C<($json, $refused, $current_node, $target_node_or_undef)>. (The adds' common case
+does not come here: L<CRSBridge::Scheduler> renders it itself, as this would.)
 
 =cut
 
 sub resource_param {
-    my @plain = plain_resource($_[0], $_[1]);
-    return ($plain[0], 0, @plain[1, 2]) if @plain;
     my ($mode, $where) = @_[1, 2];
     my $r = resource($_[0], $mode eq 'static' ? \&static_stats : \&dynamic_resource_stats);
     my ($stats, $refused) = stats_json($r->{stats}, "$where.stats");
@@ -91,56 +92,11 @@ sub resource_param {
     return (_resource_json($stats, $r->{running}, $current, $target), $refused, $current, $target);
 }
 
-=item plain_resource($value, $mode)
-
-The common shape of a resource, as the HA manager passes it: a hash of plain numbers within
-crs-bridge's bounds and plain names (strings, not empty, needing no JSON escapes) ->
-C<($json, $current_node, $target_node_or_undef)>, where C<resource_param> would give the same
-values and accept them; the empty list for anything else (C<resource_param> then decodes it
-exactly). Never dies. A stationary resource's JSON has no C<target-node> (null is the default).
-
-=cut
-
-sub plain_resource {
-    my ($r, $mode) = @_;
-    return if ref $r ne 'HASH';
-    my ($s, $running, $current, $target) = @$r{ 'stats', 'running', 'current-node', 'target-node' };
-    # plain_name($current), written out: this runs once per guest and HA round.
-    return if ref $s ne 'HASH' || !(_number($running) || _bool($running))
-        || !defined $current || ref $current || _number($current) || $current eq '' || $current =~ tr/\x00-\x1f"\\//;
-    my $stats;
-    if ($mode eq 'static') {
-        my ($maxcpu, $maxmem) = @$s{qw(maxcpu maxmem)};
-        # NaN fails the comparisons.
-        return if !_number($maxcpu) || !_number($maxmem)
-            || !($maxcpu >= 0 && $maxcpu <= MAX_CORES && $maxmem >= 0 && $maxmem <= MAX_BYTES);
-        my $cores = $maxcpu == int($maxcpu) ? int($maxcpu) : json_num($maxcpu);
-        $stats = qq({"maxcpu":$cores,"maxmem":) . int($maxmem) . '}';
-    } else {
-        my ($cpu, $maxcpu, $mem, $maxmem) = @$s{qw(cpu maxcpu mem maxmem)};
-        return if !_number($cpu) || !_number($maxcpu) || !_number($mem) || !_number($maxmem)
-            || !($cpu >= 0 && $cpu <= MAX_CORES && $maxcpu >= 0 && $maxcpu <= MAX_CORES)
-            || !($mem >= 0 && $mem <= MAX_BYTES && $maxmem >= 0 && $maxmem <= MAX_BYTES);
-        $stats = '{"cpu":' . _cores_json($cpu) . ',"maxcpu":' . _cores_json($maxcpu)
-            . ',"mem":' . int($mem) . ',"maxmem":' . int($maxmem) . '}';
-    }
-    my $run = $running ? 'true' : 'false';
-    return (qq({"stats":$stats,"running":$run,"current-node":"$current"}), "$current", undef) if !defined $target;
-    return if !plain_name($target);
-    return (qq({"stats":$stats,"running":$run,"current-node":"$current","target-node":"$target"}), "$current", "$target");
-}
-
 sub _resource_json {
     my ($stats, $running, $current, $target) = @_;
     return '{"stats":' . $stats . ',"running":' . ($running ? 'true' : 'false')
         . ',"current-node":' . json_str($current)
         . (defined $target ? ',"target-node":' . json_str($target) : '') . '}';
-}
-
-# A core count within bounds as JSON: whole numbers (most limits) as integers, which is cheaper
-# than json_num's formatting and reads back as the same double (below 2**53 every integer does).
-sub _cores_json {
-    return $_[0] == int($_[0]) ? int($_[0]) : json_num($_[0]);
 }
 
 =item candidates_param($value)
@@ -172,9 +128,13 @@ sub candidates_param {
         FAST: {
             last FAST if ref $c ne 'HASH';
             my ($leader, $resources, $nodes) = @$c{qw(leader resources nodes)};
-            last FAST if ref $resources ne 'ARRAY' || ref $nodes ne 'ARRAY' || !plain_name($leader);
-            # Most bundles are one guest: its single name is checked like the leader.
-            my $r = @$resources == 1 && plain_name($resources->[0]) ? qq(["$resources->[0]"]) : _names_fast($resources);
+            # A plain name (see the top).
+            last FAST if ref $resources ne 'ARRAY' || ref $nodes ne 'ARRAY' || !defined $leader || ref $leader
+                || _number($leader) || $leader eq '' || $leader =~ tr/\x00-\x1f"\\//;
+            # Most bundles are the leader alone: a plain string equal to the plain leader.
+            my $only = @$resources == 1 && $resources->[0];
+            my $r = defined $only && !ref $only && !_number($only) && $only eq $leader ? qq(["$leader"])
+                : _names_fast($resources);
             last FAST if !defined $r;
             my $n = $lists{ join("\0", @$nodes) } // _names_fast($nodes, \%lists);
             last FAST if !defined $n;
@@ -187,17 +147,6 @@ sub candidates_param {
 }
 
 sub _scalar_ref { return ref $_[0] eq 'SCALAR' || ref $_[0] eq 'REF' }
-
-=item plain_name($value)
-
-Whether C<$value> is a plain string (not a number, not a reference), not empty, needing no JSON
-escapes: a name C<arg_string> accepts as it is, rendered as C<"$value">.
-
-=cut
-
-sub plain_name {
-    return defined $_[0] && !ref $_[0] && !_number($_[0]) && $_[0] !~ /["\\\x00-\x1f]/ && $_[0] ne '';
-}
 
 # A list of names that are plain strings needing no escapes, rendered by one join; undef when
 # an element might be something else. Numbers stringify to something starting with a digit, a

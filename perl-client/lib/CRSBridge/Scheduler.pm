@@ -6,11 +6,18 @@ package CRSBridge::Scheduler;
 use strict;
 use warnings;
 
-use CRSBridge::Args qw(check_arity check_invocant arg_string arg_usize arg_f64 check_finite);
+BEGIN {
+    warnings->unimport('experimental::builtin') if $] >= 5.036;    # plain_number is one
+    *_bool = defined &builtin::is_bool ? \&builtin::is_bool : sub { 0 };    # else: the exact path
+}
+
+use CRSBridge::Args qw(
+    check_arity check_invocant arg_string arg_usize arg_f64 check_finite plain_number MAX_CORES MAX_BYTES
+);
 use CRSBridge::Codec qw(json_str json_int json_num);
 use CRSBridge::Connection;
 use CRSBridge::Mirror;
-use CRSBridge::Records qw(candidates_param candidates_list plain_name plain_resource resource_param);
+use CRSBridge::Records qw(candidates_param candidates_list resource_param);
 use Scalar::Util ();
 
 use parent 'CRSBridge::Planning';    # the extras plan_rebalance and explain_migrations
@@ -85,24 +92,66 @@ sub _mutate {
     return;
 }
 
-# add_service/add_resource ($method) of the caller's sid and resource ($_[4], $_[5]: aliases, as
-# the decoders take them) in $mode, named $where in error texts. The common case, a plain sid
-# and a plain resource (CRSBridge::Records::plain_resource), runs once per guest and HA round:
-# it is recorded and journaled at once; anything else is decoded exactly and goes through
-# _mutate (a value the server refuses is sent as a single call, for its message).
+# The resource parameter's name per add method (for error texts).
+my %RESOURCE_PARAM = (add_service => 'service', add_resource => 'resource');
+
+# add_service (static) or add_resource (dynamic), $_[1], of the sid $_[2] and the resource $_[3]
+# (the caller's scalars: the decoders judge them as perlmod does).
+#
+# The common case runs once per guest and HA round, so it is written out here, with no calls
+# but the journal's: a plain sid and a plain resource (a hash of plain numbers within
+# crs-bridge's bounds and plain names, as CRSBridge::Records defines them), for which the exact
+# decoders would give the same values and accept them, rendered as they would render them
+# (perl-client/t/fast-path.t holds the two together); a new stationary resource on a known node
+# is recorded in the mirror as Mirror::add_resource records it (any other placement goes through
+# that method, and its errors). Any other sid or resource is decoded exactly and goes through
+# _mutate (a value the server refuses is sent as a single call, for its message), so decoding
+# errors come from one place.
 sub _add_resource {
-    my ($st, $method, $mode, $where) = @_;
-    my $sid = $_[4];
-    if (!$st->{poison} && plain_name($sid)) {
-        my ($json, $current, $target) = plain_resource($_[5], $mode);
-        if (defined $json) {
-            $st->{mirror}->add_resource($sid, $current, $target);    # dies with upstream's message
-            CRSBridge::Connection::journal($st, qq(["$method","$sid",$json]));
-            return;
+    my $st = $_[0];
+    my $sid = $_[2];
+    my $r = $_[3];
+    FAST: {
+        last FAST if $st->{poison} || ref $r ne 'HASH' || !defined $sid || ref $sid || plain_number($sid)
+            || $sid eq '' || $sid =~ tr/\x00-\x1f"\\//;
+        my ($s, $running, $current, $target) = @$r{ 'stats', 'running', 'current-node', 'target-node' };
+        last FAST if ref $s ne 'HASH' || !(plain_number($running) || _bool($running))
+            || !defined $current || ref $current || plain_number($current) || $current eq ''
+            || $current =~ tr/\x00-\x1f"\\//
+            || defined $target
+            && (ref $target || plain_number($target) || $target eq '' || $target =~ tr/\x00-\x1f"\\//);
+        my $json;
+        if ($st->{mode} eq 'static') {
+            my ($maxcpu, $maxmem) = @$s{qw(maxcpu maxmem)};
+            # NaN fails the comparisons.
+            last FAST if !plain_number($maxcpu) || !plain_number($maxmem)
+                || !($maxcpu >= 0 && $maxcpu <= MAX_CORES && $maxmem >= 0 && $maxmem <= MAX_BYTES);
+            $json = qq(["$_[1]","$sid",{"stats":{"maxcpu":)
+                . ($maxcpu == int($maxcpu) ? int($maxcpu) : json_num($maxcpu)) . ',"maxmem":' . int($maxmem) . '}';
+        } else {
+            my ($cpu, $maxcpu, $mem, $maxmem) = @$s{qw(cpu maxcpu mem maxmem)};
+            last FAST
+                if !plain_number($cpu) || !plain_number($maxcpu) || !plain_number($mem) || !plain_number($maxmem)
+                || !($cpu >= 0 && $cpu <= MAX_CORES && $maxcpu >= 0 && $maxcpu <= MAX_CORES)
+                || !($mem >= 0 && $mem <= MAX_BYTES && $maxmem >= 0 && $maxmem <= MAX_BYTES);
+            $json = qq(["$_[1]","$sid",{"stats":{"cpu":) . ($cpu == int($cpu) ? int($cpu) : json_num($cpu))
+                . ',"maxcpu":' . ($maxcpu == int($maxcpu) ? int($maxcpu) : json_num($maxcpu))
+                . ',"mem":' . int($mem) . ',"maxmem":' . int($maxmem) . '}';
         }
+        $json .= ',"running":' . ($running ? 'true' : 'false') . qq(,"current-node":"$current");
+        my $m = $st->{mirror};
+        if (defined $target || !exists $m->{nodes}{$current} || exists $m->{res}{$sid}) {
+            $m->add_resource($sid, $current, $target);    # dies with upstream's message
+            $json .= qq(,"target-node":"$target") if defined $target;
+        } else {
+            $m->{res}{$sid} = $current;
+        }
+        CRSBridge::Connection::journal($st, "$json}]");
+        return;
     }
-    $sid = arg_string($_[4]);
-    my ($json, $refused, $current, $target) = resource_param($_[5], $mode, $where);
+    my $method = $_[1];
+    $sid = arg_string($_[2]);
+    my ($json, $refused, $current, $target) = resource_param($_[3], $st->{mode}, $RESOURCE_PARAM{$method});
     _mutate($st, $method, json_str($sid) . ",$json", $refused || $sid eq '', add_resource => $sid, $current, $target);
     return;
 }
@@ -222,10 +271,12 @@ sub _score_migrations {
     return _query($st, $method, '"candidates":' . $candidates . ',"limit":' . json_int($limit));
 }
 
-# Lists of at least PARTS_FROM candidates go in parts of PART: each part is staged (expanded) by
-# the server while Perl renders the next, and the staged list is scored as one, with the same
-# answer as the whole list sent at once (scheduler.stage_candidates, score_staged_candidates).
-use constant { PARTS_FROM => 1000, PART => 500 };
+# Lists of at least PARTS_FROM candidates go in parts: each part is staged (expanded) by the
+# server while Perl renders the next, and the staged list is scored as one, with the same answer
+# as the whole list sent at once (scheduler.stage_candidates, score_staged_candidates). The first
+# part is FIRST_PART bundles, so that the server starts early; each next one twice the last, up
+# to PART.
+use constant { PARTS_FROM => 1000, FIRST_PART => 125, PART => 500 };
 
 # The scores of a long list scored in parts; undef for a short list, and whenever the server
 # refused a part: the caller then sends the whole list, and dies (or not) as that call does.
@@ -235,11 +286,14 @@ sub _score_in_parts {
     return undef if !$list || @$list < PARTS_FROM;
     my $limit = eval { arg_usize($_[3]) } // return undef;    # the caller dies in perlmod's order
     my @calls;
-    for (my $at = 0; $at < @$list; $at += PART) {
-        my @part = @$list[ $at .. ($at + PART <= @$list ? $at + PART : @$list) - 1 ];
+    my ($at, $size) = (0, FIRST_PART);
+    while ($at < @$list) {
+        my @part = @$list[ $at .. ($at + $size <= @$list ? $at + $size : @$list) - 1 ];
         my $append = $at ? 'true' : 'false';
         my $params = sub { '"candidates":' . candidates_param(\@part) . qq(,"append":$append) };
         push @calls, [ 'scheduler.stage_candidates', $params ];
+        $at += $size;
+        $size = $size * 2 < PART ? $size * 2 : PART;
     }
     my $scorer = $method =~ /_topsis$/ ? 'topsis' : 'bruteforce';
     push @calls, [ 'scheduler.score_staged_candidates',

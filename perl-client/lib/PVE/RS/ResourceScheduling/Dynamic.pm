@@ -5,6 +5,8 @@ use warnings;
 
 use parent 'CRSBridge::Scheduler';
 
+use Scalar::Util ();
+
 use CRSBridge::Args qw(check_arity arg_string);
 use CRSBridge::Codec qw(json_str);
 use CRSBridge::Records qw(node_stats_param dynamic_stats_param);
@@ -82,9 +84,9 @@ scheduler. Returns nothing.
 
 sub add_resource {
     check_arity('add_resource', \@_, qw(this sid resource)) if @_ != 3;
-    my $st = CRSBridge::Scheduler::_state($_[0]);
-    CRSBridge::Scheduler::_add_resource($st, 'add_resource', 'dynamic', 'resource', $_[1], $_[2]);
-    return;
+    # _state($_[0]) with its common case written out (this runs once per guest and HA round).
+    my $st = ref $_[0] && Scalar::Util::reftype($_[0]) eq 'HASH' && $_[0]{_crs} || CRSBridge::Scheduler::_state($_[0]);
+    return CRSBridge::Scheduler::_add_resource($st, 'add_resource', $_[1], $_[2]);
 }
 
 =item remove_resource($sid)
