@@ -170,6 +170,7 @@ class Protocol:
     def release(self) -> None:
         """Free the last message's decoded objects (see :meth:`handle`)."""
         self._decoded = None
+        self._candidate_requests.release()
 
     def oversize(self, size: int) -> bytes:
         """The answer to a message of ``size`` bytes over the limit (it was not read)."""

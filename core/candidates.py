@@ -102,7 +102,7 @@ class CandidateBatch:
     """
 
     view: NodeView
-    sids: list[str]
+    sids: Sequence[str]
     sid_index: np.ndarray
     src: np.ndarray
     tgt: np.ndarray
@@ -400,7 +400,7 @@ def _columns_batch(view: NodeView, sids: Sequence[str], src, tgt, cpu, mem) -> C
     # the rows, and only the few rows a scoring returns ever need their sid.
     return CandidateBatch(
         view=view,
-        sids=list(sids),
+        sids=list(sids) if isinstance(sids, list) else sids,  # a list may change; other sequences are kept
         sid_index=np.arange(len(sids)),
         src=np.asarray(src, dtype=np.int64),
         tgt=np.asarray(tgt, dtype=np.int64),
