@@ -51,8 +51,7 @@ def _checked(stats: NodeStats | ResourceStats, where: str, trusted: bool = False
 
 
 def _checked_resource(resource: Resource, where: str) -> Resource:
-    stats = _checked(resource.stats, where)
-    return resource if stats is resource.stats else Resource(stats, resource.running, resource.current, resource.target)
+    return Resource(_checked(resource.stats, where), resource.running, resource.current, resource.target)
 
 
 class Scheduler:

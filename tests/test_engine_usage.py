@@ -23,7 +23,7 @@ from core import (
 )
 from core.candidates import Migration, MigrationCandidate
 from core.limits import MAX_BYTES, MAX_CORES
-from core.usage import Aggregation
+from core.usage import Aggregation, Resource
 from tests import reference as ref
 
 GiB = 1 << 30
@@ -162,6 +162,55 @@ def test_add_resource_errors_in_upstream_order(mode, sid, current, target, messa
     add = s.add_service if mode == "static" else s.add_resource
     add("vm:1", SERVICE, True, "B")
     fails_unchanged(s, lambda: add(sid, SERVICE, True, current, target), SchedulingError, message)
+
+
+BULK_ROWS = [
+    ("vm:1", "A", None, SERVICE),
+    ("vm:2", "B", "C", SERVICE),  # moving: loads both nodes
+    ("vm:3", "C", None, SERVICE),
+]
+BULK_FAILURES = [
+    (("vm:1", "B", None, SERVICE), SchedulingError, "resource 'vm:1' already exists"),
+    (("vm:4", "nowhere", None, SERVICE), SchedulingError, "current node for resource 'vm:4' does not exist"),
+    (("vm:4", "A", "A", SERVICE), SchedulingError, "resource 'vm:4' has the same current and target node"),
+    (("", "A", None, SERVICE), InvalidInputError, None),
+    (("vm:4", "A", None, ResourceStats.static(1.0, MAX_BYTES)), InvalidInputError, None),  # node memory overflows
+]
+
+
+def _outcome(add) -> tuple | None:
+    try:
+        add()
+    except (SchedulingError, InvalidInputError) as exc:
+        return type(exc), str(exc)
+    return None
+
+
+@pytest.mark.parametrize("failure", [None, *BULK_FAILURES])
+@pytest.mark.parametrize("make", [static_abc, dynamic_abc])
+def test_add_resources_equals_adding_one_by_one(make, failure):
+    """The bulk add leaves the state, and raises the first error, of adding the rows one by one."""
+    rows = [*BULK_ROWS, *([failure[0]] if failure else []), ("vm:9", "A", None, SERVICE)]
+    resources = [(sid, Resource(stats, True, current, target)) for sid, current, target, stats in rows]
+    bulk, single = make(), make()
+
+    def one_by_one() -> None:
+        for sid, r in resources:
+            single._add_resource(sid, r.stats, r.running, r.current, r.target)
+
+    outcome = _outcome(lambda: bulk.add_resources(resources))
+    assert outcome == _outcome(one_by_one)
+    if failure is not None:
+        assert outcome[0] is failure[1] and (failure[2] is None or outcome[1] == failure[2])
+    assert snapshot(bulk) == snapshot(single)
+
+
+def test_add_resources_checks_stats_unless_trusted():
+    bad = ResourceStats(float("nan"), 1.0, 0, 0)
+    s = dynamic_abc()
+    fails_unchanged(s, lambda: s.add_resources([("vm:1", Resource(bad, True, "A"))]), InvalidInputError)
+    s.add_resources([("vm:1", Resource(SERVICE, True, "A"))], trusted=True)
+    assert list(s.usage.resources()) == ["vm:1"]
 
 
 def test_moving_resource_counts_on_both_nodes_in_static():
