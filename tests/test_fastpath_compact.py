@@ -176,3 +176,28 @@ def test_valid_bundles_score_alike_as_columns_and_as_objects():
     assert scheduler.score_best_balancing_migration_candidates(
         columns, 3
     ) == scheduler.score_best_balancing_migration_candidates(columns.bundles(), 3)
+
+
+@st.composite
+def bundle_columns_with_shared_targets(draw):
+    """Bundles as an HA round sends them: many, drawing their target lists from a few (all as
+    long, or not; an unknown or the source node among them sometimes)."""
+    lengths = st.integers(0, 3) if draw(st.booleans()) else st.just(draw(st.integers(0, 3)))
+    target = st.sampled_from([*NODE_NAMES, *NODE_NAMES, "n9"])  # an unknown node now and then
+    pool = draw(st.lists(lengths.flatmap(lambda n: st.lists(target, min_size=n, max_size=n)), min_size=1, max_size=3))
+    sid = st.sampled_from([*SIDS, "vm:x"])
+    leaders, resources, nodes = [], [], []
+    for _ in range(draw(st.integers(0, 20))):
+        leader = draw(sid)
+        leaders.append(leader)
+        resources.append([leader, *draw(st.lists(sid, max_size=1))] if draw(st.integers(0, 5)) else [leader])
+        nodes.append(list(draw(st.sampled_from(pool))))  # equal lists, not the same list
+    return CompactColumns(leaders, resources, nodes)
+
+
+@given(clusters(), bundle_columns_with_shared_targets())
+def test_columns_sharing_target_lists_expand_as_the_bundles_do(scheduler, columns):
+    view = scheduler.view()
+    fast = outcome(lambda: expand_compact_columns(scheduler.usage, view, columns))
+    slow = outcome(lambda: expand_compact(scheduler.usage, view, columns.bundles()))
+    assert fast == slow
