@@ -19,7 +19,7 @@ caller decodes the message as usual, so every error a client sees comes from the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from operator import attrgetter
 from typing import Annotated, Any
 
@@ -71,15 +71,15 @@ def _params_type(names: Iterable[str]) -> type[msgspec.Struct]:
 
 
 class CandidateRequestDecoder:
-    """Decodes requests of the methods in ``methods`` whose params may be any of ``param_names``."""
+    """Decodes requests of the methods in ``methods``, each with the names of its params."""
 
-    def __init__(self, methods: Collection[str], param_names: Iterable[str]) -> None:
-        self.methods = frozenset(methods)
+    def __init__(self, methods: Mapping[str, frozenset[str]]) -> None:
+        self.methods = dict(methods)
         envelope = msgspec.defstruct(
             "_Request",
             [
                 ("method", str),
-                ("params", _params_type(param_names)),
+                ("params", _params_type(frozenset().union(*self.methods.values()))),
                 ("jsonrpc", msgspec.Raw, msgspec.UNSET),
                 ("id", msgspec.Raw, msgspec.UNSET),
             ],
@@ -110,6 +110,10 @@ class CandidateRequestDecoder:
             decoded = {"method": request.method, **_raw_members(request, max_depth - 1)}
             params = _raw_members(request.params, max_depth - 2)
         except (orjson.JSONDecodeError, TooDeep):  # the usual path says where, in the whole message
+            return None
+        if not params.keys() <= self.methods[request.method]:
+            # A param of another method: the models name each such param in the message's order,
+            # which the records do not keep.
             return None
         decoded["params"] = {**params, "candidates": candidate_columns(candidates)}
         return decoded

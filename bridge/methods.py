@@ -98,16 +98,15 @@ class Bridge:
         """Largest message body accepted (bytes)."""
         return self.limits.max_message_bytes
 
-    def candidate_params(self) -> tuple[list[str], set[str]]:
-        """The methods that take ``candidates`` (in every variant), and the wire names of all
-        their params."""
-        methods, names = [], set()
+    def candidate_params(self) -> dict[str, frozenset[str]]:
+        """The methods that take ``candidates`` (in every variant), with the wire names of their
+        params (of all variants)."""
+        methods = {}
         for spec in self.methods.values():
             models = [v.params for v in spec.variants.values()]
             if all(map(fastpath.takes_candidates, models)):
-                methods.append(spec.name)
-                names.update(*map(_param_names, models))
-        return methods, names
+                methods[spec.name] = frozenset().union(*map(_param_names, models))
+        return methods
 
     # -- calls ----------------------------------------------------------------------------
 

@@ -138,7 +138,7 @@ class Protocol:
         self._decoded: Any = None
         # jsonrpcserver's method table: every method of the bridge, bound to _invoke.
         self._methods = {name: functools.partial(self._invoke, name) for name in bridge.methods}
-        self._candidate_requests = CandidateRequestDecoder(*bridge.candidate_params())
+        self._candidate_requests = CandidateRequestDecoder(bridge.candidate_params())
 
     def handle(self, message: bytes) -> bytes | None:
         """Answer one message (a request or a batch); None when there is nothing to answer.
@@ -185,8 +185,18 @@ class Protocol:
 
     @staticmethod
     def encode(response: Any) -> bytes:
-        """A response (or batch) as JSON bytes."""
-        return orjson.dumps(response)
+        """A response (or batch) as JSON bytes.
+
+        orjson writes integers of up to 64 bits; an answer that echoes a bigger one (an
+        explanation's ``limit``, a plan's ``max-steps``: counts of any size) is written by the
+        json module instead, with the same bytes for everything else.
+        """
+        try:
+            return orjson.dumps(response)
+        except orjson.JSONEncodeError:
+            import json
+
+            return json.dumps(response, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
     def _answer(self, request: Any) -> dict | None:
         problem = request_problem(request)

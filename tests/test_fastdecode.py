@@ -225,6 +225,8 @@ def test_broken_bytes_answer_alike(data):
         # nesting past orjson's limit inside a param the typed decoder keeps raw
         b'{"jsonrpc":"2.0","id":1,"method":"score_best_balancing_migrations","params":{"usage":%s,"limit":%s,'
         b'"candidates":%s}}' % (orjson.dumps(USAGE), b"[" * 1100 + b"]" * 1100, orjson.dumps(CANDIDATES)),
+        # params of other methods, in an order the typed records do not keep (errors name each in turn)
+        orjson.dumps({**message("select"), "params": {**message("select")["params"], "limit": 1, "append": 2}}),
         # positional params, and a batch: the usual path's
         orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "score_best_balancing_migrations",
                       "params": [USAGE, None, CANDIDATES, 2]}),

@@ -358,3 +358,17 @@ def test_discover_lists_the_methods_with_their_params(bridge):
     # The existing single-move methods keep their params and results.
     assert "explain" not in params["score_best_balancing_migrations"]
     assert "explain" not in params["select_best_balancing_migration"]
+
+
+@pytest.mark.parametrize(
+    ("method", "count"),
+    [("explain_migrations", {"limit": 2**64}), ("plan_rebalance", {"max_steps": 2**64})],
+)
+def test_counts_beyond_64_bits_are_echoed_exactly(bridge, method, count):
+    """Counts may be of any size; the answer echoes them as given (orjson alone cannot write them;
+    2**64: a count that a JSON decoder reading big integers as floats keeps exact too)."""
+    params = {"usage": USAGE, "candidates": CANDIDATES, **count}
+    bridge.send_raw(json.dumps({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}).encode())
+    answer = json.loads(bridge.read_raw()[1])  # the json module reads integers of any size
+    wire = {"limit": "limit", "max_steps": "max-steps"}[next(iter(count))]
+    assert answer["result"][wire] == 2**64
