@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from core import CandidateColumns, CompactColumns, NodeStats, Resource, ResourceStats
-from core.limits import MAX_BYTES, MAX_CORES
+from core.limits import MAX_CORES
+from core.stats import bytes_column, cores_column
 
 from . import models as m
 
@@ -115,35 +116,18 @@ def _names(column: Iterable) -> bool:
 
 
 def _cores(column: list) -> np.ndarray | None:
-    """As :data:`bridge.models.Cores` (strict float: ints too, no bools): finite, in [0, MAX_CORES]."""
-    if not set(map(type, column)) <= {float, int}:
-        return None
-    try:
-        values = np.array(column, dtype=np.float64)
-    except OverflowError:  # an int beyond float range
-        return None
-    if not (np.isfinite(values) & (values >= 0.0) & (values <= MAX_CORES)).all():
-        return None
-    return values + 0.0
+    """As :data:`bridge.models.Cores` (strict float: ints too, no bools): finite, in [0, MAX_CORES];
+    -0.0 as 0.0."""
+    values = cores_column(column)
+    return None if values is None else values + 0.0
 
 
 def _bytes(column: list) -> np.ndarray | None:
     """As :data:`bridge.models.Bytes` (strict int, integral floats as the int they hold, no bools):
     in [0, MAX_BYTES]."""
-    types = set(map(type, column))
-    if not types <= {int, float}:
-        return None
-    if float in types:
+    if float in set(map(type, column)):
         column = [int(v) if type(v) is float and v.is_integer() else v for v in column]
-        if float in set(map(type, column)):  # a fraction, an infinity
-            return None
-    try:
-        values = np.fromiter(column, dtype=np.int64, count=len(column))
-    except OverflowError:
-        return None
-    if not ((values >= 0) & (values <= MAX_BYTES)).all():
-        return None
-    return values
+    return bytes_column(column)  # a fraction or an infinity left is no int: None
 
 
 # -- usage snapshots ------------------------------------------------------------------------------

@@ -9,8 +9,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import InvalidInputError, SchedulingError
-from .limits import MAX_BYTES, MAX_CORES
-from .stats import ZERO_RESOURCE, ResourceStats, check_bytes, check_cores
+from .limits import MAX_BYTES
+from .stats import (
+    ZERO_RESOURCE,
+    ResourceStats,
+    bytes_column,
+    bytes_ok,
+    check_bytes,
+    check_cores,
+    cores_column,
+    cores_ok,
+)
 from .usage import NodeView, Usage
 
 
@@ -326,7 +335,7 @@ def batch_from_candidates(view: NodeView, candidates: Sequence[MigrationCandidat
         cpu=[s.cpu for s in stats],
         mem=[s.mem for s in stats],
     )
-    limits = (_cores_column([s.maxcpu for s in stats]), _bytes_column([s.maxmem for s in stats]))
+    limits = (cores_column([s.maxcpu for s in stats]), bytes_column([s.maxmem for s in stats]))
     batch = _bulk_checked_batch(view, columns) if all(c is not None for c in limits) else None
     # Anything the bulk checks do not pass is checked one candidate at a time, for its exact error.
     return batch if batch is not None else _batch_row_by_row(view, candidates)
@@ -383,12 +392,12 @@ def batch_from_columns(
 def _bulk_checked_batch(view: NodeView, columns: CandidateColumns) -> CandidateBatch | None:
     """The batch if every row passes; raises the first failing row's error; None when the
     columns hold values the bulk checks cannot judge (not plain numbers)."""
-    cpu, mem = _cores_column(columns.cpu, checked=False), _bytes_column(columns.mem, checked=False)
+    cpu, mem = cores_column(columns.cpu, checked=False), bytes_column(columns.mem, checked=False)
     if cpu is None or mem is None:
         return None
     index = view.index()
     src, tgt = _node_indices(index, columns.sources), _node_indices(index, columns.targets)
-    bad = (src < 0) | (tgt < 0) | (tgt == src) | ~_cores_ok(cpu) | ~_bytes_ok(mem)
+    bad = (src < 0) | (tgt < 0) | (tgt == src) | ~cores_ok(cpu) | ~bytes_ok(mem)
     if bad.any():
         _checked_row(index, columns, int(np.argmax(bad)))
         raise AssertionError("a row failing the bulk checks passed the row checks")
@@ -427,48 +436,6 @@ def _checked_row(index: dict[str, int], columns: CandidateColumns, i: int) -> tu
 def _python_number(value: object) -> object:
     # A NumPy int64 is no int to check_bytes; judge the value it holds.
     return value.item() if isinstance(value, np.generic) else value
-
-
-def _cores_column(values: Sequence[float] | np.ndarray, checked: bool = True) -> np.ndarray | None:
-    """``values`` as float64 when all are plain numbers (float or int, no bool) and, if
-    ``checked``, valid core counts (finite, in [0, MAX_CORES]); else None."""
-    if isinstance(values, np.ndarray):
-        column = values.astype(np.float64) if values.dtype.kind in "iuf" else None
-    elif set(map(type, values)) <= {float, int}:
-        try:
-            column = np.array(values, dtype=np.float64)
-        except OverflowError:  # an int beyond float range
-            column = None
-    else:
-        column = None
-    if column is None or (checked and not _cores_ok(column).all()):
-        return None
-    return column
-
-
-def _bytes_column(values: Sequence[int] | np.ndarray, checked: bool = True) -> np.ndarray | None:
-    """``values`` as int64 when all are plain ints (no bool; integral floats go through the row
-    checks) and, if ``checked``, valid byte counts (in [0, MAX_BYTES]); else None."""
-    if isinstance(values, np.ndarray):
-        column = values.astype(np.int64) if values.dtype.kind in "iu" else None
-    elif set(map(type, values)) <= {int}:
-        try:
-            column = np.fromiter(values, dtype=np.int64, count=len(values))
-        except OverflowError:
-            column = None
-    else:
-        column = None
-    if column is None or (checked and not _bytes_ok(column).all()):
-        return None
-    return column
-
-
-def _cores_ok(column: np.ndarray) -> np.ndarray:
-    return np.isfinite(column) & (column >= 0.0) & (column <= MAX_CORES)
-
-
-def _bytes_ok(column: np.ndarray) -> np.ndarray:
-    return (column >= 0) & (column <= MAX_BYTES)
 
 
 def _batch(view, sids, sid_index, src, tgt, cpu, mem) -> CandidateBatch:

@@ -7,7 +7,10 @@ capacity (1.0 = fully used, above 1.0 = overcommitted).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from .errors import InvalidInputError
 from .limits import MAX_BYTES, MAX_CORES
@@ -47,6 +50,53 @@ def check_bytes(field: str, value: int, *, positive: bool = False) -> int:
     if value > MAX_BYTES:
         raise InvalidInputError(field, f"must be at most {MAX_BYTES} bytes, got {value}")
     return value
+
+
+# -- whole columns: the same checks in bulk (None where a value is not a plain number) --------
+
+
+def cores_column(values: Sequence[float] | np.ndarray, checked: bool = True) -> np.ndarray | None:
+    """``values`` as float64 when all are plain numbers (float or int, no bool) and, if
+    ``checked``, valid core counts (finite, in [0, MAX_CORES]); else None."""
+    if isinstance(values, np.ndarray):
+        column = values.astype(np.float64) if values.dtype.kind in "iuf" else None
+    elif set(map(type, values)) <= {float, int}:
+        try:
+            column = np.array(values, dtype=np.float64)
+        except OverflowError:  # an int beyond float range
+            column = None
+    else:
+        column = None
+    if column is None or (checked and not cores_ok(column).all()):
+        return None
+    return column
+
+
+def bytes_column(values: Sequence[int] | np.ndarray, checked: bool = True) -> np.ndarray | None:
+    """``values`` as int64 when all are plain ints (no bool; integral floats go through the row
+    checks) and, if ``checked``, valid byte counts (in [0, MAX_BYTES]); else None."""
+    if isinstance(values, np.ndarray):
+        column = values.astype(np.int64) if values.dtype.kind in "iu" else None
+    elif set(map(type, values)) <= {int}:
+        try:
+            column = np.fromiter(values, dtype=np.int64, count=len(values))
+        except OverflowError:
+            column = None
+    else:
+        column = None
+    if column is None or (checked and not bytes_ok(column).all()):
+        return None
+    return column
+
+
+def cores_ok(column: np.ndarray) -> np.ndarray:
+    """Per entry of a float column: a valid core count (finite, in [0, MAX_CORES])."""
+    return np.isfinite(column) & (column >= 0.0) & (column <= MAX_CORES)
+
+
+def bytes_ok(column: np.ndarray) -> np.ndarray:
+    """Per entry of an int64 column: a valid byte count (in [0, MAX_BYTES])."""
+    return (column >= 0) & (column <= MAX_BYTES)
 
 
 @dataclass(frozen=True, slots=True)
