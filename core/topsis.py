@@ -34,16 +34,17 @@ def load_criteria(sum_sq_cpu, max_cpu, sum_sq_mem, max_mem, n: int) -> np.ndarra
     """The (rows x 4) criteria matrix from per-row sums of squared loads and maximum loads.
 
     ``1 + sqrt(sum / n)`` for the averages, ``1 + max`` for the highest loads (the maximum is
-    taken with 0.0, as upstream starts its running maximum there).
+    taken with 0.0, as upstream starts its running maximum there). Stored column by column
+    (Fortran order), as :func:`topsis_solve` reads it.
     """
-    return np.column_stack(
+    return np.stack(
         (
             1.0 + np.sqrt(sum_sq_cpu / n),
             1.0 + np.maximum(max_cpu, 0.0),
             1.0 + np.sqrt(sum_sq_mem / n),
             1.0 + np.maximum(max_mem, 0.0),
         )
-    )
+    ).T
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,9 @@ def topsis_scores(matrix: np.ndarray, weights: np.ndarray = WEIGHTS) -> np.ndarr
 def topsis_solve(matrix: np.ndarray, weights: np.ndarray = WEIGHTS) -> TopsisSolution:
     """:func:`topsis_scores` with all its intermediates (same values, same errors)."""
     rows, columns = matrix.shape
+    # Every step below reads or writes one criterion for all rows: contiguous columns make
+    # them some 3x faster than the strided columns of a row-major matrix.
+    matrix = np.asfortranarray(matrix)
     if rows == 0:
         empty = np.zeros(0)
         return TopsisSolution(matrix.copy(), np.zeros(columns), np.zeros(columns), empty, empty, empty)

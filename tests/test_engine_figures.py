@@ -227,6 +227,18 @@ def test_topsis_identical_rows_all_score_zero(rank):
     assert ref.topsis_scores([[7.0]], [1.0]) == [0.0]
 
 
+def test_topsis_scores_do_not_depend_on_the_matrix_layout():
+    # topsis_solve works on contiguous columns: a row-major matrix (as callers other than
+    # load_criteria may pass) must score exactly as the column-major one load_criteria builds.
+    rng = np.random.default_rng(7)
+    columns = [1.0 + rng.random(257) for _ in range(4)]
+    row_major, column_major = np.column_stack(columns), np.stack(columns).T
+    assert row_major.flags.c_contiguous and column_major.flags.f_contiguous
+    scores = topsis_scores(row_major)
+    assert scores.tobytes() == topsis_scores(column_major).tobytes()
+    assert scores.tolist() == ref.topsis_scores(row_major.tolist(), ref.WEIGHTS)
+
+
 @pytest.mark.filterwarnings("ignore:invalid value encountered")
 @pytest.mark.parametrize(
     ("matrix", "message"),
