@@ -53,7 +53,7 @@ def candidate_columns(candidates: Any) -> CandidateColumns | CompactColumns | No
     """``candidates`` as columns of its form (:func:`expanded_columns`, :func:`compact_columns`),
     or None: then the models validate it. Columns that :mod:`bridge.fastdecode` decoded are
     taken as they are."""
-    if type(candidates) is CandidateColumns:
+    if type(candidates) is CandidateColumns or type(candidates) is CompactColumns:
         return candidates
     columns = expanded_columns(candidates)
     return columns if columns is not None else compact_columns(candidates)

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from core import CandidateColumns
+from core import CandidateColumns, CompactColumns
 
 from .errors import ParamsError
 from .transport import DEFAULT_MAX_MESSAGE_BYTES
@@ -119,16 +119,19 @@ def check_call_sizes(params: Mapping[str, Any], limits: ServerLimits) -> None:
     candidates = params.get("candidates")
     if type(candidates) is CandidateColumns:  # decoded by bridge.fastdecode
         _at_most(len(candidates), "candidates", "expanded candidates", "max_candidates", limits.max_candidates)
-    elif type(candidates) is list and candidates:
+    elif type(candidates) is CompactColumns or (type(candidates) is list and candidates):
         expanded, members = candidate_counts(candidates)
         _at_most(expanded, "candidates", "expanded candidates", "max_candidates", limits.max_candidates)
         _at_most(members, "candidates", "bundle members", "max_resources", limits.max_resources)
 
 
-def candidate_counts(candidates: list) -> tuple[int, int]:
-    """(expanded candidates, bundle members) of a raw candidate list: a compact bundle counts
-    once per entry of its ``nodes``; an expanded candidate (a record with ``sid`` and no
-    ``leader`` first in the list, as the models decide the form) counts once."""
+def candidate_counts(candidates: list | CompactColumns) -> tuple[int, int]:
+    """(expanded candidates, bundle members) of a raw candidate list (or of bundles that
+    :mod:`bridge.fastdecode` decoded): a compact bundle counts once per entry of its ``nodes``;
+    an expanded candidate (a record with ``sid`` and no ``leader`` first in the list, as the
+    models decide the form) counts once."""
+    if type(candidates) is CompactColumns:
+        return sum(map(len, candidates.nodes)), sum(map(len, candidates.resources))
     first = candidates[0]
     if type(first) is dict and "leader" not in first and "sid" in first:
         return len(candidates), 0

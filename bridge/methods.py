@@ -145,6 +145,8 @@ class Bridge:
             params = self._named(spec, model, params)
         check_call_sizes(params, self.limits)  # before validation spends time and memory on them
         bulk = _bulk_params(model, params)
+        if "mutations" in params and "mutations" not in bulk:  # the models read typed ones as JSON
+            params = {**params, "mutations": mutations.as_json(params["mutations"])}
         try:
             if not bulk:
                 return model.model_validate(params)

@@ -7,25 +7,32 @@ what needs its state (names, duplicates, placement, aggregated memory).
 
 Those arguments come from the models (:func:`engine_args`: a single call's params, or the
 entries of ``scheduler.apply`` as the models validated them) or, for ``scheduler.apply``, from the
-decoded JSON directly (:func:`prepared`): a round of the HA manager applies thousands of adds in
-the one shape the Perl client writes, and a pydantic model per guest cost as much as the engine's
-own work. Like :mod:`bridge.fastpath` that is a filter, not a second schema: it takes a list only
-when it can tell that the models accept every entry and what values they give; anything else
-gets None and the models validate the list, so their errors are the only ones a client sees
-(``tests/test_mutations.py`` holds the two together).
+decoded request directly (:func:`prepared`): a round of the HA manager applies thousands of adds
+in the one shape the Perl client writes, and a pydantic model per guest cost as much as the
+engine's own work. Such a request arrives typed (:class:`bridge.fastdecode.TypedMutations`: msgspec
+checked every value while decoding), or else as JSON, checked here entry by entry. Like
+:mod:`bridge.fastpath` that is a filter, not a second schema: it takes a list only when it can
+tell that the models accept every entry and what values they give; anything else gets None and
+the models validate the list (its JSON: :func:`as_json`), so their errors are the only ones a
+client sees (``tests/test_mutations.py`` and ``tests/test_fastdecode_apply.py`` hold them together).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+import itertools
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
+
+import msgspec
 
 from core import InvalidInputError, NodeStats, Resource, ResourceStats, Scheduler, SchedulingError
 from core.limits import MAX_BYTES, MAX_CORES
 
 from . import convert
+from . import fastdecode as typed
 from . import models as m
 from .errors import MutationError
 
@@ -64,10 +71,49 @@ MUTATORS: dict[str, dict[str, Callable[..., None]]] = {
 
 
 @dataclass(frozen=True, slots=True)
-class Prepared:
-    """Mutations ready to run: ``(method, engine args)`` in order."""
+class Adds:
+    """A run of resource adds as the engine's bulk add takes them: ``(sid, Resource)`` rows."""
 
-    entries: list[tuple[str, tuple]]
+    rows: list[tuple[str, Resource]]
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """Mutations ready to run, in order: ``(method, engine args)`` each, but for runs of resource
+    adds (a round's guests), one ``(method, Adds)`` step per run."""
+
+    steps: list[tuple[str, tuple | Adds]]
+
+    @classmethod
+    def of(cls, mode: str, entries: Sequence[tuple[str, tuple]]) -> Prepared:
+        """``(method, engine args)`` entries of ``mode``, prepared."""
+        adds = _ADDS[mode]
+        # Resources are immutable and hold no sid: equal adds share one (a round's guests repeat
+        # a few sizes and nodes; stats of equal value are one object already, see prepared).
+        shared: dict[tuple, Resource] = {}
+        steps: list[tuple[str, tuple | Adds]] = []
+        for method, run in itertools.groupby(entries, key=lambda entry: entry[0]):
+            if method != adds:
+                steps.extend(run)
+                continue
+            rows = []
+            for _, (sid, stats, running, current, target) in run:
+                key = (id(stats), running, current, target)  # the entries keep every stats object alive
+                resource = shared.get(key)
+                if resource is None:
+                    resource = shared[key] = Resource(stats, bool(running), current, target)
+                rows.append((sid, resource))
+            steps.append((method, Adds(rows)))
+        return cls(steps)
+
+    def entries(self) -> Iterator[tuple[str, tuple]]:
+        """Each mutation as ``(method, engine args)``, in order."""
+        for method, args in self.steps:
+            if type(args) is Adds:
+                for sid, res in args.rows:
+                    yield method, (sid, res.stats, res.running, res.current, res.target)
+            else:
+                yield method, args
 
 
 def apply(scheduler: Scheduler, mode: str, mutations: Prepared) -> None:
@@ -84,10 +130,10 @@ def apply(scheduler: Scheduler, mode: str, mutations: Prepared) -> None:
     """
     trial = _trial(scheduler)
     try:
-        _run_in_bulk(trial, mode, mutations.entries)
+        _run_in_bulk(trial, mode, mutations.steps)
     except (SchedulingError, InvalidInputError):
         trial = _trial(scheduler)
-        _run_one_by_one(trial, mode, mutations.entries)
+        _run_one_by_one(trial, mode, mutations.entries())
     scheduler.usage = trial.usage
 
 
@@ -101,30 +147,16 @@ def _trial(scheduler: Scheduler) -> Scheduler:
 _ADDS = {"static": "add_service", "dynamic": "add_resource"}
 
 
-def _run_in_bulk(trial: Scheduler, mode: str, entries: list[tuple[str, tuple]]) -> None:
-    mutators, adds = MUTATORS[mode], _ADDS[mode]
-    # Resources are immutable and hold no sid: equal adds share one (a round's guests repeat a
-    # few sizes and nodes; stats of equal value are one object already, see prepared).
-    shared: dict[tuple, Resource] = {}
-    rows: list[tuple[str, Resource]] = []
-    for method, args in entries:
-        if method != adds:
-            if rows:
-                trial.add_resources(rows, trusted=True)
-                rows = []
+def _run_in_bulk(trial: Scheduler, mode: str, steps: list[tuple[str, tuple | Adds]]) -> None:
+    mutators = MUTATORS[mode]
+    for method, args in steps:
+        if type(args) is Adds:
+            trial.add_resources(args.rows, trusted=True)
+        else:
             mutators[method](trial, *args)
-            continue
-        sid, stats, running, current, target = args
-        key = (id(stats), running, current, target)  # the entries keep every stats object alive
-        resource = shared.get(key)
-        if resource is None:
-            resource = shared[key] = Resource(stats, bool(running), current, target)
-        rows.append((sid, resource))
-    if rows:
-        trial.add_resources(rows, trusted=True)
 
 
-def _run_one_by_one(trial: Scheduler, mode: str, entries: list[tuple[str, tuple]]) -> None:
+def _run_one_by_one(trial: Scheduler, mode: str, entries: Iterator[tuple[str, tuple]]) -> None:
     mutators = MUTATORS[mode]
     for index, (method, args) in enumerate(entries):
         try:
@@ -165,7 +197,7 @@ def engine_args(mode: str, method: str, args: Sequence) -> tuple:
 
 def from_models(mode: str, mutations: Sequence[tuple]) -> Prepared:
     """``scheduler.apply``'s entries as the models validated them (``(method, *args)``), prepared."""
-    return Prepared([(method, engine_args(mode, method, args)) for method, *args in mutations])
+    return Prepared.of(mode, [(method, engine_args(mode, method, args)) for method, *args in mutations])
 
 
 def single_call(mode: str, method: str) -> Callable[[Any, Any], None]:
@@ -183,8 +215,11 @@ APPLY_MODES = {model: mode for mode, model in APPLY_PARAMS.items()}
 
 
 def prepared(mode: str, entries: Any) -> Prepared | None:
-    """``entries`` (decoded JSON) prepared, when every entry is a mutation of ``mode`` that the
-    models accept as it is; None otherwise, and whenever in doubt."""
+    """``entries`` (decoded JSON, or typed by :mod:`bridge.fastdecode`) prepared, when every
+    entry is a mutation of ``mode`` that the models accept as it is; None otherwise, and whenever
+    in doubt (the models then validate :func:`as_json` of them)."""
+    if type(entries) is typed.TypedMutations:
+        return _from_typed(mode, entries)
     if type(entries) is not list:
         return None
     parsers = _PARSERS[mode]
@@ -201,7 +236,13 @@ def prepared(mode: str, entries: Any) -> Prepared | None:
         if args is None:
             return None
         append((entry[0], args))
-    return Prepared(out)
+    return Prepared.of(mode, out)
+
+
+def as_json(entries: Any) -> Any:
+    """``entries`` as the usual path decodes them: typed ones (:mod:`bridge.fastdecode`) as their
+    JSON, anything else as it is."""
+    return entries.json() if type(entries) is typed.TypedMutations else entries
 
 
 # Each check returns the value the models would produce, or None for anything they refuse or
@@ -327,5 +368,81 @@ _PARSERS: dict[str, dict[str, Callable[[list, dict], tuple | None]]] = {
         "remove_node": _any_name,
         "add_resource": lambda entry, shared: _placed(entry, True, shared),
         "remove_resource": _any_name,
+    },
+}
+
+
+# -- typed by bridge.fastdecode ---------------------------------------------------------------
+# msgspec checked each value by the models' rules as it decoded the entries (bridge.fastdecode),
+# for the methods of both modes; what is left is whether each record is a mutation of the
+# handle's mode, and the engine values the models would give.
+
+
+def _from_typed(mode: str, typed_mutations: typed.TypedMutations) -> Prepared | None:
+    adds, convert_entry = _TYPED_ADDS[mode], _FROM_TYPED[mode]
+    texts, records = iter(typed_mutations.texts), typed_mutations.records
+    # Records of equal text (a round's guests repeat a few dozen) give one Resource.
+    shared = {text: _typed_resource(record) for text, record in records.items()} if records else {}
+    steps: list[tuple[str, tuple | Adds]] = []
+    for kind, run in itertools.groupby(typed_mutations.entries, key=type):
+        if kind is adds:
+            run = list(run)
+            rows = list(zip(map(_SID, run), map(shared.__getitem__, itertools.islice(texts, len(run)))))
+            steps.append((_ADDS[mode], Adds(rows)))
+            continue
+        for entry in run:
+            step = convert_entry.get(kind, _no_step)(entry)
+            if step is None:  # a mutation of the other mode: the models say so
+                return None
+            steps.append(step)
+    return Prepared(steps)
+
+
+_SID = attrgetter("sid")
+
+
+def _typed_resource(record: typed.StaticPlaced | typed.DynamicPlaced) -> Resource:
+    return Resource(_typed_stats(record.stats), record.running, record.current_node, record.target_node)
+
+
+def _typed_stats(stats: typed.StaticStats | typed.ResourceStats) -> ResourceStats:
+    """As convert.static_stats / dynamic_stats give them from the models (cores: -0.0 as 0.0)."""
+    if type(stats) is typed.StaticStats:
+        return ResourceStats(stats.maxcpu + 0.0, stats.maxcpu + 0.0, stats.maxmem, stats.maxmem)
+    return ResourceStats(stats.cpu + 0.0, stats.maxcpu + 0.0, stats.mem, stats.maxmem)
+
+
+def _static_node(entry: typed.AddNode) -> tuple | None:
+    if type(entry.maxcpu_or_stats) is not int or entry.maxmem is msgspec.UNSET:
+        return None
+    return "add_node", (entry.nodename, entry.maxcpu_or_stats, entry.maxmem)
+
+
+def _dynamic_node(entry: typed.AddNode) -> tuple | None:
+    stats = entry.maxcpu_or_stats
+    if type(stats) is not typed.NodeStats or entry.maxmem is not msgspec.UNSET:
+        return None
+    return "add_node", (entry.nodename, NodeStats(stats.cpu + 0.0, stats.maxcpu, stats.mem, stats.maxmem))
+
+
+def _no_step(entry: Any) -> None:
+    return None
+
+
+#: mode -> the typed record of its resource adds.
+_TYPED_ADDS = {"static": typed.AddService, "dynamic": typed.AddResource}
+
+#: mode -> typed record -> its ``(method, engine args)``, or None if not of the mode after all.
+_FROM_TYPED: dict[str, dict[type, Callable[[Any], tuple | None]]] = {
+    "static": {
+        typed.AddNode: _static_node,
+        typed.RemoveNode: lambda e: ("remove_node", (e.nodename,)),
+        typed.AddServiceUsage: lambda e: ("add_service_usage_to_node", (e.nodename, e.sid, _typed_stats(e.stats))),
+        typed.RemoveServiceUsage: lambda e: ("remove_service_usage", (e.sid,)),
+    },
+    "dynamic": {
+        typed.AddNode: _dynamic_node,
+        typed.RemoveNode: lambda e: ("remove_node", (e.nodename,)),
+        typed.RemoveResource: lambda e: ("remove_resource", (e.sid,)),
     },
 }

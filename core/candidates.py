@@ -3,7 +3,8 @@ columnar :class:`CandidateBatch` every scorer works on."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,11 +73,36 @@ class CandidateColumns:
         return len(self.sids)
 
 
+class RepeatedLists(Sequence[tuple[str, ...]]):
+    """A column of name lists of which many rows share one (the target lists of an HA round's
+    bundles: all nodes but the guest's own): row ``i`` is ``lists[keys[i]]``. A decoder that
+    tells equal lists apart by a key (their JSON text, say) hands each distinct list over once,
+    and the expansion looks each one up once."""
+
+    __slots__ = ("keys", "lists")
+
+    def __init__(self, keys: Sequence[Hashable], lists: Mapping[Hashable, tuple[str, ...]]) -> None:
+        self.keys = keys
+        self.lists = lists
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __getitem__(self, row):  # a row (an int); a slice gives a list of rows
+        if isinstance(row, slice):
+            return list(map(self.lists.__getitem__, self.keys[row]))
+        return self.lists[self.keys[row]]
+
+    def __iter__(self) -> Iterator[tuple[str, ...]]:
+        return map(self.lists.__getitem__, self.keys)
+
+
 @dataclass(frozen=True, slots=True)
 class CompactColumns:
     """Bundles as columns, one row per bundle: :class:`CompactCandidate` ``i`` is
     ``(leaders[i], resources[i], nodes[i])``. What a decoder can hand over without an object per
-    bundle; checked when the batch is built (:func:`expand_compact_columns`)."""
+    bundle; checked when the batch is built (:func:`expand_compact_columns`). ``nodes`` may be
+    :class:`RepeatedLists`."""
 
     leaders: Sequence[str]
     resources: Sequence[Sequence[str]]
@@ -269,20 +295,10 @@ def _valid_compact_batch(usage: Usage, view: NodeView, compact: CompactColumns) 
         sources.append(index[leader.current])
         cpu.append(bundle_cpu)
         mem.append(bundle_mem)
-    # Target lists repeat (all nodes but the guest's own, say): each distinct one is looked up once.
-    positions: dict[tuple[str, ...], np.ndarray] = {}
-    parts = []
-    for names in compact.nodes:
-        key = tuple(names)
-        found = positions.get(key)
-        if found is None:
-            try:
-                found = positions[key] = np.fromiter(map(index.__getitem__, key), dtype=np.int64, count=len(key))
-            except KeyError:  # an unknown target node
-                return None
-        parts.append(found)
-    counts = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
-    tgt = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+    targets = _target_positions(index, compact.nodes)
+    if targets is None:  # an unknown target node
+        return None
+    tgt, counts = targets
     src = np.repeat(np.array(sources, dtype=np.int64), counts)
     if (tgt == src).any():
         return None
@@ -295,6 +311,38 @@ def _valid_compact_batch(usage: Usage, view: NodeView, compact: CompactColumns) 
         cpu=np.repeat(np.array(cpu, dtype=np.float64), counts),
         mem=np.repeat(np.array(mem, dtype=np.int64), counts),
     )
+
+
+def _target_positions(index: dict[str, int], nodes: Sequence[Sequence[str]]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The target nodes of all rows, one after the other, as positions in the view, and each
+    row's count of them; None if one is unknown.
+
+    Target lists repeat (all nodes but the guest's own, say): each distinct one is looked up once,
+    and the rows' positions are gathered from the distinct ones' in one NumPy step."""
+    if isinstance(nodes, RepeatedLists):
+        keys, names_of = nodes.keys, nodes.lists.__getitem__
+    else:
+        keys, names_of = list(map(tuple, nodes)), None
+    # Each row's first row with an equal list (one hash and compare of each key, in C).
+    first: dict[Hashable, int] = {}
+    firsts = np.fromiter(map(first.setdefault, keys, itertools.count()), dtype=np.int64, count=len(keys))
+    distinct = []
+    for key in first:
+        names = key if names_of is None else names_of(key)
+        try:
+            distinct.append(np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=len(names)))
+        except KeyError:
+            return None
+    if not distinct:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    # Row i takes distinct list dense[i]: counts[i] positions from its start in the flat table.
+    dense = np.searchsorted(np.fromiter(first.values(), dtype=np.int64, count=len(first)), firsts)
+    lengths = np.fromiter(map(len, distinct), dtype=np.int64, count=len(distinct))
+    counts = lengths[dense]
+    starts = np.cumsum(lengths) - lengths
+    row_offsets = np.cumsum(counts) - counts
+    gather = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(starts[dense] - row_offsets, counts)
+    return np.concatenate(distinct)[gather], counts
 
 
 def concat_batches(parts: Sequence[CandidateBatch]) -> CandidateBatch:

@@ -1,4 +1,5 @@
-"""The typed decoder (:mod:`bridge.fastdecode`) answers exactly as the usual path does.
+"""The typed decoder (:mod:`bridge.fastdecode`) answers exactly as the usual path does, for
+expanded candidates and compact bundles (``scheduler.apply``: ``tests/test_fastdecode_apply.py``).
 
 Each message goes to two protocols over the same kind of bridge: one as the server runs it, one
 with the typed decoder switched off (orjson, then :mod:`bridge.fastpath` or the models). Their
@@ -16,11 +17,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bridge import convert
+from bridge import models as m
 from bridge.fastdecode import CANDIDATE_DEPTH
 from bridge.limits import ServerLimits
 from bridge.methods import Bridge
 from bridge.protocol import Protocol
-from core import CandidateColumns
+from core import CandidateColumns, CompactColumns
 from core.limits import MAX_BYTES, MAX_CORES
 
 GiB = 2**30
@@ -235,3 +238,104 @@ def test_broken_bytes_answer_alike(data):
 )  # fmt: skip
 def test_edge_messages_answer_alike(raw):
     both(raw)
+
+
+# -- compact bundles ------------------------------------------------------------------------------
+
+#: Bundles over RESOURCES, as the HA manager builds them (target lists repeat), and one of two.
+BUNDLES = [
+    {"leader": "vm:100", "resources": ["vm:100"], "nodes": ["n2", "n3"]},
+    {"leader": "vm:101", "resources": ["vm:101", "vm:102"], "nodes": ["n3"]},
+    {"nodes": ["n2", "n3"], "resources": ["vm:102"], "leader": "vm:102"},
+]
+
+
+def taken_as(raw: bytes, kind: type, protocol: Protocol = FAST) -> bool:
+    decoded = protocol._candidate_requests.decode(raw, protocol.bridge.limits.max_json_depth)
+    protocol._candidate_requests.release()
+    return decoded is not None and type(decoded["params"]["candidates"]) is kind
+
+
+@pytest.mark.parametrize("name", sorted(REQUESTS))
+def test_valid_bundles_take_the_typed_path_and_answer_alike(name):
+    raw = orjson.dumps(message(name, BUNDLES))
+    assert taken_as(raw, CompactColumns)
+    answer = orjson.loads(both(raw))
+    assert "result" in answer, answer
+
+
+def test_bundles_staged_through_a_handle_take_the_typed_path_and_answer_alike():
+    fast, usual = protocols()
+    for pair_protocol in (fast, usual):
+        pair_protocol.bridge.new_handle(convert.build_scheduler(m.DynamicUsage.model_validate(USAGE), "normalized"))
+    for append, part in [(False, BUNDLES[:1]), (True, BUNDLES[1:])]:
+        params = {"scheduler": "s1", "candidates": part, "append": append}
+        raw = orjson.dumps({"jsonrpc": "2.0", "id": 4, "method": "scheduler.stage_candidates", "params": params})
+        assert taken_as(raw, CompactColumns, fast)
+        assert "result" in orjson.loads(both(raw, (fast, usual)))
+    score = {"scheduler": "s1", "count": len(BUNDLES), "limit": 3}
+    raw = orjson.dumps({"jsonrpc": "2.0", "id": 5, "method": "scheduler.score_staged_candidates", "params": score})
+    assert len(orjson.loads(both(raw, (fast, usual)))["result"]) == 3
+
+
+BUNDLE_KEYS = ["leader", "resources", "nodes", "sid", "extra"]
+
+
+@st.composite
+def broken_bundle_messages(draw) -> dict:
+    request = message(draw(st.sampled_from(sorted(REQUESTS))), BUNDLES)
+    bundles = request["params"]["candidates"]
+    for _ in range(draw(st.integers(1, 3))):
+        where = draw(st.sampled_from(["bundle", "list", "drop", "insert"]))
+        index = draw(st.integers(0, len(bundles) - 1))
+        record = bundles[index] if isinstance(bundles[index], dict) else {}
+        if where == "bundle":
+            record[draw(st.sampled_from(BUNDLE_KEYS))] = draw(ODD_VALUES)
+        elif where == "list" and isinstance(record.get("nodes"), list) and isinstance(record.get("resources"), list):
+            names = record[draw(st.sampled_from(["nodes", "resources"]))]
+            names.insert(draw(st.integers(0, len(names))), draw(ODD_VALUES))
+        elif where == "drop":
+            record.pop(draw(st.sampled_from(BUNDLE_KEYS)), None)
+        else:
+            bundles.insert(index, draw(ODD_VALUES))
+    return request
+
+
+@given(broken_bundle_messages())
+def test_broken_bundles_answer_alike(request):
+    both(dumps(request))
+
+
+@given(broken_bundle_messages(), st.integers(1, 8))
+def test_depth_limits_answer_alike_for_bundles(request, max_depth):
+    pair = protocols(ServerLimits(max_json_depth=max_depth))
+    raw = dumps(request)
+    both(raw, pair)
+    if max_depth < CANDIDATE_DEPTH:
+        assert not taken_as(raw, CompactColumns, pair[0])
+
+
+@pytest.mark.parametrize("max_candidates, max_resources", [(1, 1000), (3, 1000), (4, 1000), (1000, 3), (1000, 4)])
+def test_size_limits_answer_alike_for_bundles(max_candidates, max_resources):
+    pair = protocols(ServerLimits(max_candidates=max_candidates, max_resources=max_resources))
+    raw = orjson.dumps(message("score", BUNDLES))
+    assert taken_as(raw, CompactColumns, pair[0])
+    both(raw, pair)
+
+
+@pytest.mark.parametrize("kind", ["expanded", "compact"])
+@pytest.mark.parametrize("where", ["record", "stats", "list"])
+def test_ignored_keys_nested_past_the_depth_limit_answer_alike(kind, where):
+    """The models ignore unknown keys, but the usual path refuses a message nested deeper than
+    the limit, wherever: the typed path must not take a record with a key it does not know."""
+    candidates = copy.deepcopy(CANDIDATES if kind == "expanded" else BUNDLES)
+    if where == "record":
+        candidates[-1]["extra"] = [[1]]
+    elif where == "stats" and kind == "expanded":
+        candidates[-1]["stats"]["extra"] = [1]
+    else:
+        candidates[-1]["nodes" if kind == "compact" else "sid"] = [["n2"]]
+    params = {"scheduler": "s1", "candidates": candidates}
+    raw = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "scheduler.stage_candidates", "params": params})
+    for max_depth in (5, 6, 1024):
+        both(raw, protocols(ServerLimits(max_json_depth=max_depth)))

@@ -15,6 +15,7 @@ import contextlib
 import struct
 
 import numpy as np
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -25,7 +26,7 @@ from bridge import models as m
 from bridge.errors import ParamsError
 from bridge.methods import Bridge
 from core import CompactColumns, InvalidInputError, NodeStats, ResourceStats, SchedulingError, new_scheduler
-from core.candidates import expand_compact, expand_compact_columns
+from core.candidates import RepeatedLists, expand_compact, expand_compact_columns
 from core.limits import MAX_BYTES
 
 # -- the fast path against the models ---------------------------------------------------------
@@ -175,13 +176,31 @@ def bundle_columns_with_shared_targets(draw):
     return CompactColumns(leaders, resources, nodes)
 
 
+def keyed_by_text(columns: CompactColumns) -> CompactColumns:
+    """The columns with their target lists as :class:`RepeatedLists` keyed by JSON text, as
+    :mod:`bridge.fastdecode` hands them over."""
+    keys = [orjson.dumps(names) for names in columns.nodes]
+    lists = {key: tuple(names) for key, names in zip(keys, columns.nodes)}
+    return CompactColumns(columns.leaders, columns.resources, RepeatedLists(keys, lists))
+
+
 @given(clusters(), st.one_of(bundle_columns(), bundle_columns_with_shared_targets()))
 def test_columns_expand_as_the_bundles_do(scheduler, columns):
-    """Any bundles, and bundles as an HA round sends them (target lists shared by many)."""
+    """Any bundles, and bundles as an HA round sends them (target lists shared by many), their
+    target lists as lists or keyed by their text."""
     view = scheduler.view()
-    fast = outcome(lambda: expand_compact_columns(scheduler.usage, view, columns))
     slow = outcome(lambda: expand_compact(scheduler.usage, view, columns.bundles()))
-    assert fast == slow
+    for form in (columns, keyed_by_text(columns)):
+        assert outcome(lambda form=form: expand_compact_columns(scheduler.usage, view, form)) == slow
+
+
+def test_repeated_lists_read_as_the_lists_they_stand_for():
+    lists = [["n1", "n2"], ["n3"], ["n1", "n2"], []]
+    repeated = keyed_by_text(CompactColumns(["a"] * 4, [["a"]] * 4, lists)).nodes
+    assert len(repeated) == 4
+    assert list(repeated) == [tuple(names) for names in lists]
+    assert [repeated[i] for i in range(4)] == list(repeated) and repeated[-1] == ()
+    assert repeated[1:3] == [("n3",), ("n1", "n2")]
 
 
 def test_valid_bundles_score_alike_as_columns_and_as_objects():

@@ -1,6 +1,7 @@
 """``scheduler.apply``'s bulk path agrees with the models it stands in for.
 
-:func:`bridge.mutations.prepared` may only take a list of entries that the models accept, and
+:func:`bridge.mutations.prepared` (of decoded JSON, or of entries typed by :mod:`bridge.fastdecode`)
+may only take a list of entries that the models accept, and
 must give the engine the values the models' path gives it (:func:`bridge.mutations.from_models`);
 whatever it turns down goes to the models, so a call's errors are the models' own. The expected
 side is always the models' path, never a hard-coded result.
@@ -8,6 +9,7 @@ side is always the models' path, never a hard-coded result.
 
 from __future__ import annotations
 
+import json
 import struct
 
 from hypothesis import given
@@ -16,6 +18,7 @@ from pydantic import ValidationError
 
 from bridge import mutations
 from bridge.errors import MutationError, ParamsError
+from bridge.fastdecode import CandidateRequestDecoder, TypedMutations
 from bridge.methods import Bridge
 from core import Aggregation, InvalidInputError, NodeStats, ResourceStats, SchedulingError, new_scheduler
 from core.limits import MAX_BYTES, MAX_CORES
@@ -104,9 +107,10 @@ def bits(value):
     return (type(value).__name__, value)
 
 
-def check_agreement(mode: str, entries: list) -> mutations.Prepared | None:
-    """The bulk path takes only what the models accept, with the engine values of their path."""
-    fast = mutations.prepared(mode, entries)
+def check_agreement(mode: str, entries: list, fast: mutations.Prepared | None = None) -> mutations.Prepared | None:
+    """The bulk path takes only what the models accept, with the engine values of their path
+    (``fast``: what it made of them, if not of the JSON ``entries``)."""
+    fast = mutations.prepared(mode, entries) if fast is None else fast
     model = mutations.APPLY_PARAMS[mode]
     try:
         validated = model.model_validate({"scheduler": "s1", "mutations": entries})
@@ -114,18 +118,88 @@ def check_agreement(mode: str, entries: list) -> mutations.Prepared | None:
         assert fast is None
         return None
     if fast is not None:
-        assert bits(fast.entries) == bits(mutations.from_models(mode, validated.mutations).entries)
+        assert bits(list(fast.entries())) == bits(list(mutations.from_models(mode, validated.mutations).entries()))
     return fast
+
+
+#: The typed decoder of the server (bridge.fastdecode), for entries typed as the server types them.
+TYPED = CandidateRequestDecoder({})
+
+
+def typed_entries(entries: list) -> TypedMutations | None:
+    """``entries`` as the typed decoder hands them over in a request, or None if it does not."""
+    raw = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "scheduler.apply", "params": {"mutations": entries}})
+    decoded = TYPED.decode(raw.encode(), 1024)
+    if decoded is None:
+        return None
+    typed = decoded["params"]["mutations"]
+    assert typed.json() == json.loads(raw)["params"]["mutations"]  # what the models get instead
+    return typed
+
+
+def check_typed_agreement(entries: list) -> list[mutations.Prepared | None]:
+    """The typed path too takes only what the models accept, with the engine values of their path;
+    typed entries are checked against both modes (the handle's mode decides)."""
+    typed = typed_entries(entries)
+    if typed is None:
+        return [None, None]
+    return [check_agreement(mode, entries, mutations.prepared(mode, typed)) for mode in ("static", "dynamic")]
 
 
 @given(st.sampled_from([ANY, MOSTLY_VALID]).flatmap(lambda pool: st.lists(static_entries(pool), max_size=4)))
 def test_static_entries_are_taken_only_as_the_models_take_them(entries):
     check_agreement("static", entries)
+    check_typed_agreement(entries)
 
 
 @given(st.sampled_from([ANY, MOSTLY_VALID]).flatmap(lambda pool: st.lists(dynamic_entries(pool), max_size=4)))
 def test_dynamic_entries_are_taken_only_as_the_models_take_them(entries):
     check_agreement("dynamic", entries)
+    check_typed_agreement(entries)
+
+
+#: Values as a JSON encoder writes them, mostly as the typed path takes them (booleans for
+#: ``running``, integers for byte counts), with bounds crossed now and then.
+PLAIN = {
+    "name": st.sampled_from(["n1", "n2", "vm:1", "ü-ñode", "n1", ""]),
+    "cores": st.sampled_from([0.0, -0.0, 0.5, 1, 16, 2**53, 2**53 + 1, 7.25, -1]),
+    "bytes": st.sampled_from([0, 1, 2**30, MAX_BYTES, MAX_BYTES + 1, -1]),
+    "running": st.sampled_from([True, False, True, False, None]),
+}
+
+
+@st.composite
+def plain_placed(draw, keys):
+    """A resource's record with every key and no other (what the typed path may take)."""
+    kinds = {"cpu": "cores", "maxcpu": "cores", "mem": "bytes", "maxmem": "bytes"}
+    record = {
+        "stats": {key: draw(PLAIN[kinds[key]]) for key in keys},
+        "running": draw(PLAIN["running"]),
+        "current-node": draw(PLAIN["name"]),
+    }
+    if draw(st.booleans()):
+        record["target-node"] = draw(st.one_of(PLAIN["name"], st.none()))
+    return record
+
+
+def plain_entries() -> st.SearchStrategy:
+    name, cores, byte_count = PLAIN["name"], PLAIN["cores"], PLAIN["bytes"]
+    stats = st.fixed_dictionaries({"cpu": cores, "maxcpu": cores, "mem": byte_count, "maxmem": byte_count})
+    return st.one_of(
+        entry("add_node", name, cores, byte_count),
+        entry("add_node", name, stats),
+        entry("remove_node", name),
+        entry("add_service", name, plain_placed(("maxcpu", "maxmem"))),
+        entry("add_resource", name, plain_placed(("cpu", "maxcpu", "mem", "maxmem"))),
+        entry("add_service_usage_to_node", name, name, st.fixed_dictionaries({"maxcpu": cores, "maxmem": byte_count})),
+        entry("remove_service_usage", name),
+        entry("remove_resource", name),
+    )
+
+
+@given(st.lists(plain_entries(), max_size=5))
+def test_typed_entries_of_either_mode_are_taken_only_as_the_models_take_them(entries):
+    check_typed_agreement(entries)
 
 
 GiB = 1024**3
@@ -172,6 +246,26 @@ def test_the_shapes_the_perl_client_writes_take_the_bulk_path():
         assert check_agreement(mode, entries) is not None, mode
 
 
+def test_the_shapes_the_perl_client_writes_take_the_typed_path():
+    static_stats, dynamic_stats = {"maxcpu": 4, "maxmem": GiB}, {"cpu": 0.5, "maxcpu": 2, "mem": GiB, "maxmem": GiB}
+    records = {
+        "static": ["add_service", "vm:1", {"stats": static_stats, "running": True, "current-node": "n1"}],
+        "dynamic": [
+            "add_resource",
+            "vm:1",
+            {"stats": dynamic_stats, "running": False, "current-node": "n1", "target-node": "n2"},
+        ],
+    }
+    nodes = {
+        "static": [["add_node", "n1", 16, 64 * GiB]],
+        "dynamic": [["add_node", "n1", {"cpu": 1, "maxcpu": 16, "mem": 0, "maxmem": 64 * GiB}]],
+    }
+    for mode, (static, dynamic) in {"static": (True, False), "dynamic": (False, True)}.items():
+        entries = [*nodes[mode], records[mode], ["remove_node", "n9"], records[mode]]
+        taken = check_typed_agreement(entries)
+        assert [p is not None for p in taken] == [static, dynamic], mode
+
+
 def test_a_bad_value_deep_in_a_long_list_is_named_as_the_models_name_it():
     bridge = Bridge()
     handle = bridge.call("scheduler.new", {"mode": "static"})["scheduler"]
@@ -208,7 +302,7 @@ RESOURCE_STATS = st.one_of(
 
 @st.composite
 def engine_entries(draw, mode: str, first: bool) -> list:
-    """Mutations of ``mode`` as the engine takes them (``Prepared.entries``): the ``first`` batch
+    """Mutations of ``mode`` as the engine takes them (``Prepared.entries()``): the ``first`` batch
     adds nodes n1 to n3; then mostly resource adds (runs of them), some of them failing, with
     other mutations in between."""
     node_stats = [(16, 64 * GiB), (8, 32 * GiB), (4, 16 * GiB)] if first else []
@@ -273,7 +367,7 @@ def applied(mode: str, batches: list) -> tuple:
     scheduler, errors = new_scheduler(mode), []
     for batch in batches:
         try:
-            mutations.apply(scheduler, mode, mutations.Prepared(list(batch)))
+            mutations.apply(scheduler, mode, mutations.Prepared.of(mode, list(batch)))
             errors.append(None)
         except MutationError as exc:
             errors.append(str(exc))
