@@ -18,7 +18,6 @@ bytes, or None when nothing is to be answered (a notification, or a batch of not
 
 from __future__ import annotations
 
-import functools
 import logging
 from typing import Any
 
@@ -27,7 +26,7 @@ import orjson
 from core import InvalidInputError, SchedulingError
 
 from . import phases
-from .dispatch import NODATA, Error, Success, dispatch_to_serializable
+from .dispatch import NODATA, Error, Method, Success, dispatch_to_serializable
 from .errors import MethodUnavailableError, MutationError, ParamsError, UnknownHandleError, shorten
 from .fastdecode import CandidateRequestDecoder
 from .limits import TooDeep, decode, how_to_raise
@@ -137,7 +136,7 @@ class Protocol:
         self.bridge = bridge
         self._decoded: Any = None
         # jsonrpcserver's method table: every method of the bridge, bound to _invoke.
-        self._methods = {name: functools.partial(self._invoke, name) for name in bridge.methods}
+        self._methods = {name: Method(name, self._invoke) for name in bridge.methods}
         self._candidate_requests = CandidateRequestDecoder(bridge.candidate_params())
 
     def handle(self, message: bytes) -> bytes | None:

@@ -67,3 +67,35 @@ def test_server_start_loads_no_asyncio_jsonschema_or_http_server():
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ([1, "a", None], ((1, "a", None), {})),
+        ({"x": 1, "y": [2]}, ((), {"x": 1, "y": [2]})),
+        (None, ((), {})),
+    ],
+)
+def test_a_method_takes_any_params_and_passes_them_on_with_its_name(params, expected):
+    calls = []
+
+    def invoke(name, *args, **kwargs):
+        calls.append((name, args, kwargs))
+        return dispatch.Success("done")
+
+    request = {"jsonrpc": "2.0", "id": 7, "method": "m"}
+    if params is not None:
+        request["params"] = params
+    answer = dispatch.dispatch_to_serializable(
+        request, {"m": dispatch.Method("m", invoke)}, deserializer=_identity, validator=_identity
+    )
+    assert answer == {"jsonrpc": "2.0", "result": "done", "id": 7}
+    assert calls == [("m", *expected)]
+
+
+def test_a_methods_signature_is_given_not_computed():
+    import inspect
+
+    method = dispatch.Method("m", lambda name: None)
+    assert inspect.signature(method) is dispatch.Method.__signature__
