@@ -77,6 +77,27 @@ is(scalar @{ server_call($usage, 'list_nodes') }, 4, 'and everything still agree
 $usage->remove_node('node1');
 is_deeply(server_call($usage, 'list_nodes'), $usage->list_nodes, 'server and client agree after remove_node');
 
+subtest 'the buffer is sent every CHUNK mutations, over all objects' => sub {
+    my $chunk = CRSBridge::Connection::CHUNK;
+    my ($one, $two) = map { PVE::RS::ResourceScheduling::Static->new() } 1 .. 2;
+    $_->add_node('n1', 16, 64 * GiB) for $one, $two;
+    $one->calculate_node_imbalance;    # nothing left buffered
+    ($messages, $requests, $mutations) = (0, 0, 0);
+    for my $i (1 .. $chunk - 1) {
+        ($i % 3 ? $one : $two)->add_service("vm:$i", service('n1'));
+    }
+    is($messages, 0, ($chunk - 1) . ' adds to two objects: nothing sent yet');
+    $one->add_service('vm:last', service('n1'));
+    is($messages, 1, "the ${chunk}th: sent at once");
+    is($requests, 2, '... as one request per object');
+    is($mutations, $chunk, '... holding every one of them');
+    ($messages, $mutations) = (0, 0);
+    $two->add_service("vm:more$_", service('n1')) for 1 .. $chunk - 1;
+    is($messages, 0, 'the count starts afresh');
+    $two->calculate_node_imbalance;
+    is($mutations, $chunk - 1, 'the rest are sent with the next query');
+};
+
 subtest 'destroyed objects are freed on the server' => sub {
     my $before = live_handles();
     my $other = PVE::RS::ResourceScheduling::Dynamic->new();

@@ -26,6 +26,10 @@ use constant APPLY_MAX => 10000;
 my $CURRENT;       # the connection of this process ($CURRENT->{pid} == $$), or one inherited across fork
 my %LIVE;          # object id -> state of every live scheduler object of this process
 my $SERVERS = 0;   # servers started so far, to tell a handle's server apart from the current one
+# Journal entries not yet queued to the server, over all objects: a flush is due at CHUNK. A
+# package variable, counted by journal and by its common case written out in
+# CRSBridge::Scheduler (a call less per add).
+our $PENDING = 0;
 
 =head1 NAME
 
@@ -73,9 +77,10 @@ server alone.
 sub instance {
     return $CURRENT if $CURRENT && $CURRENT->{pid} == $$;
     $CURRENT->_abandon if $CURRENT;
+    $PENDING = 0;
     return $CURRENT = bless {
         pid => $$, proc => undef, srv => '', number => 0, next_id => 1,
-        dirty => [], frees => [], batches => [], pending => 0,
+        dirty => [], frees => [], batches => [],
     }, __PACKAGE__;
 }
 
@@ -142,11 +147,13 @@ sub journal {
     # entries are sent. A forked child that journals into the connection it inherited changes
     # nothing that matters: its own connection (instance) starts a new server and restores
     # every object, whole journals included.
+    # The common case, an object with unsent entries already and no flush due, is only the
+    # push and the count: CRSBridge::Scheduler's adds do that themselves.
     my $self = $CURRENT // instance();
     my $jf = $st->{jf};
     push @{ $self->{dirty} }, $st if $st->{sent} == @$jf;
     push @$jf, $_[1];
-    instance()->_flush_quietly if ++$self->{pending} >= CHUNK;
+    instance()->_flush_quietly if ++$PENDING >= CHUNK;
     return;
 }
 
@@ -209,11 +216,12 @@ sub _call_once {
 sub _send {
     my ($self, $st, $method, $params, $positional) = @_;
     my $id = $self->{next_id}++;
-    my $rest = $params eq '' ? '' : ",$params";
-    my $p = !$st ? $params
-        : $positional ? '[' . json_str($st->{handle}) . "$rest]"
-        : '{"scheduler":' . json_str($st->{handle}) . "$rest}";
-    my $line = qq({"jsonrpc":"2.0","id":$id,"method":"$method","params":$p}\n);
+    # The params are copied once, into the line: a part of a long candidate list is 100 KB.
+    my ($open, $handle, $close) = !$st ? ('', '', '')
+        : $positional ? ('[', json_str($st->{handle}), ']')
+        : ('{"scheduler":', json_str($st->{handle}), '}');
+    my $comma = $st && $params ne '' ? ',' : '';
+    my $line = qq({"jsonrpc":"2.0","id":$id,"method":"$method","params":$open$handle$comma$params$close}\n);
     utf8::encode($line);
     $self->{proc}->queue($line);
     return $id;
@@ -332,7 +340,8 @@ sub _ensure_server {
     $self->{proc} = CRSBridge::Process->spawn;
     $self->{number} = ++$SERVERS;
     $self->{srv} = "$SERVERS/$$";
-    @$self{qw(dirty frees batches pending)} = ([], [], [], 0);
+    @$self{qw(dirty frees batches)} = ([], [], []);
+    $PENDING = 0;
     $self->_restore;
     return;
 }
@@ -376,7 +385,7 @@ sub _restore {
 # answers are checked as they come.
 sub _flush {
     my ($self) = @_;
-    $self->{pending} = 0;
+    $PENDING = 0;
     return if !$self->{proc};
     my $srv = $self->{srv};
     my (@parts, @ranges);    # ranges: [first id, state (undef: frees), first journal index]

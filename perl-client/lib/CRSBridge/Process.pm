@@ -121,7 +121,11 @@ also takes in whatever the server has already answered, so it never blocks on a 
 
 sub queue {
     my ($self, $bytes) = @_;
-    $self->{wbuf} .= $bytes;
+    if (length $self->{wbuf}) {
+        $self->{wbuf} .= $bytes;
+    } else {
+        $self->{wbuf} = $bytes;    # no copy: the two share the bytes
+    }
     $self->_write_ready if length $self->{wbuf};
     $self->_read_ready if $self->_readable(0);
     return;
@@ -176,7 +180,11 @@ sub _write_ready {
     local $SIG{PIPE} = 'IGNORE';
     my $n = syswrite($self->{in}, $self->{wbuf});
     if (defined $n) {
-        substr($self->{wbuf}, 0, $n, '');
+        if ($n == length $self->{wbuf}) {
+            $self->{wbuf} = '';    # all written: substr would copy bytes shared with the caller's string first
+        } else {
+            substr($self->{wbuf}, 0, $n, '');
+        }
     } elsif (!$!{EAGAIN} && !$!{EWOULDBLOCK} && !$!{EINTR}) {
         $self->_fail('died', "writing to it failed: $!");
     }

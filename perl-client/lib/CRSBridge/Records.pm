@@ -121,7 +121,8 @@ sub candidates_param {
     my $list = $_[0];
     $list = $$list while _scalar_ref($list);
     arg_string_list($list) if (Scalar::Util::reftype($list) // '') ne 'ARRAY';    # dies with serde's message
-    my (@parts, %lists);    # %lists: name lists already rendered by _names_fast, by their join
+    my $json = '[';    # then each candidate rendered, and a comma (appended: no list to join)
+    my %lists;    # name lists already rendered by _names_fast, by their join
     no warnings 'uninitialized';    # an undef name joins as '' (and then takes the exact path)
     CANDIDATE: for my $c (@$list) {
         # The common shape, written out: it runs for every bundle of every HA round.
@@ -138,12 +139,14 @@ sub candidates_param {
             last FAST if !defined $r;
             my $n = $lists{ join("\0", @$nodes) } // _names_fast($nodes, \%lists);
             last FAST if !defined $n;
-            push @parts, qq({"leader":"$leader","resources":$r,"nodes":$n});
+            $json .= qq({"leader":"$leader","resources":$r,"nodes":$n},);
             next CANDIDATE;
         }
-        push @parts, _candidate_exact($c);
+        $json .= _candidate_exact($c) . ',';
     }
-    return '[' . join(',', @parts) . ']';
+    chop $json if length $json > 1;    # the last comma
+    $json .= ']';
+    return $json;
 }
 
 sub _scalar_ref { return ref $_[0] eq 'SCALAR' || ref $_[0] eq 'REF' }

@@ -6,11 +6,6 @@ package CRSBridge::Scheduler;
 use strict;
 use warnings;
 
-BEGIN {
-    warnings->unimport('experimental::builtin') if $] >= 5.036;    # plain_number is one
-    *_bool = defined &builtin::is_bool ? \&builtin::is_bool : sub { 0 };    # else: the exact path
-}
-
 use CRSBridge::Args qw(
     check_arity check_invocant arg_string arg_usize arg_f64 check_finite plain_number MAX_CORES MAX_BYTES
 );
@@ -19,6 +14,13 @@ use CRSBridge::Connection;
 use CRSBridge::Mirror;
 use CRSBridge::Records qw(candidates_param candidates_list resource_param);
 use Scalar::Util ();
+
+BEGIN {
+    warnings->unimport('experimental::builtin') if $] >= 5.036;    # plain_number is one
+    *_bool = defined &builtin::is_bool ? \&builtin::is_bool : sub { 0 };    # else: the exact path
+    # builtin::reftype compiles to an op, no sub call (perl >= 5.36); the same answers.
+    *_reftype = defined &builtin::reftype ? \&builtin::reftype : \&Scalar::Util::reftype;
+}
 
 use parent 'CRSBridge::Planning';    # the extras plan_rebalance and explain_migrations
 
@@ -62,7 +64,7 @@ sub _new {
 
 # The state of a checked invocant (dies like perlmod for anything else).
 sub _state {
-    my $st = ref $_[0] && Scalar::Util::reftype($_[0]) eq 'HASH' && $_[0]{_crs};
+    my $st = ref $_[0] && _reftype($_[0]) eq 'HASH' && $_[0]{_crs};
     return $st if $st;
     check_invocant($_[0], _binding($_[0]));
     return $_[0]{_crs};
@@ -92,68 +94,78 @@ sub _mutate {
     return;
 }
 
-# The resource parameter's name per add method (for error texts).
-my %RESOURCE_PARAM = (add_service => 'service', add_resource => 'resource');
-
-# add_service (static) or add_resource (dynamic), $_[1], of the sid $_[2] and the resource $_[3]
-# (the caller's scalars: the decoders judge them as perlmod does).
+# The method add_service (static, $method 'add_service', $param 'service') or add_resource
+# (dynamic: 'add_resource', 'resource'): ($self, $sid, \%resource), the caller's scalars (the
+# decoders judge them as perlmod does).
 #
-# The common case runs once per guest and HA round, so it is written out here, with no calls
-# but the journal's: a plain sid and a plain resource (a hash of plain numbers within
+# The common case runs once per guest and HA round, so it is written out in this one sub, with
+# no calls but a few builtins: a plain sid and a plain resource (a hash of plain numbers within
 # crs-bridge's bounds and plain names, as CRSBridge::Records defines them), for which the exact
 # decoders would give the same values and accept them, rendered as they would render them
 # (perl-client/t/fast-path.t holds the two together); a new stationary resource on a known node
 # is recorded in the mirror as Mirror::add_resource records it (any other placement goes through
-# that method, and its errors). Any other sid or resource is decoded exactly and goes through
-# _mutate (a value the server refuses is sent as a single call, for its message), so decoding
-# errors come from one place.
-sub _add_resource {
-    my $st = $_[0];
-    my $sid = $_[2];
-    my $r = $_[3];
-    FAST: {
-        last FAST if $st->{poison} || ref $r ne 'HASH' || !defined $sid || ref $sid || plain_number($sid)
-            || $sid eq '' || $sid =~ tr/\x00-\x1f"\\//;
-        my ($s, $running, $current, $target) = @$r{ 'stats', 'running', 'current-node', 'target-node' };
-        last FAST if ref $s ne 'HASH' || !(plain_number($running) || _bool($running))
-            || !defined $current || ref $current || plain_number($current) || $current eq ''
-            || $current =~ tr/\x00-\x1f"\\//
-            || defined $target
-            && (ref $target || plain_number($target) || $target eq '' || $target =~ tr/\x00-\x1f"\\//);
-        my $json;
-        if ($st->{mode} eq 'static') {
-            my ($maxcpu, $maxmem) = @$s{qw(maxcpu maxmem)};
-            # NaN fails the comparisons.
-            last FAST if !plain_number($maxcpu) || !plain_number($maxmem)
-                || !($maxcpu >= 0 && $maxcpu <= MAX_CORES && $maxmem >= 0 && $maxmem <= MAX_BYTES);
-            $json = qq(["$_[1]","$sid",{"stats":{"maxcpu":)
-                . ($maxcpu == int($maxcpu) ? int($maxcpu) : json_num($maxcpu)) . ',"maxmem":' . int($maxmem) . '}';
-        } else {
-            my ($cpu, $maxcpu, $mem, $maxmem) = @$s{qw(cpu maxcpu mem maxmem)};
-            last FAST
-                if !plain_number($cpu) || !plain_number($maxcpu) || !plain_number($mem) || !plain_number($maxmem)
-                || !($cpu >= 0 && $cpu <= MAX_CORES && $maxcpu >= 0 && $maxcpu <= MAX_CORES)
-                || !($mem >= 0 && $mem <= MAX_BYTES && $maxmem >= 0 && $maxmem <= MAX_BYTES);
-            $json = qq(["$_[1]","$sid",{"stats":{"cpu":) . ($cpu == int($cpu) ? int($cpu) : json_num($cpu))
-                . ',"maxcpu":' . ($maxcpu == int($maxcpu) ? int($maxcpu) : json_num($maxcpu))
-                . ',"mem":' . int($mem) . ',"maxmem":' . int($maxmem) . '}';
+# that method, and its errors), and journaled as Connection::journal journals it. Any other
+# sid or resource is decoded exactly and goes through _mutate (a value the server refuses is sent
+# as a single call, for its message), so decoding errors come from one place.
+sub _resource_adder {
+    my ($method, $param) = @_;
+    return sub {
+        check_arity($method, \@_, 'this', 'sid', $param) if @_ != 3;
+        my $st = ref $_[0] && _reftype($_[0]) eq 'HASH' && $_[0]{_crs} || _state($_[0]);
+        FAST: {
+            my ($sid, $r) = @_[1, 2];
+            last FAST if $st->{poison} || ref $r ne 'HASH' || !defined $sid || ref $sid || plain_number($sid)
+                || $sid eq '' || $sid =~ tr/\x00-\x1f"\\//;
+            my ($s, $running, $current, $target) = @$r{ 'stats', 'running', 'current-node', 'target-node' };
+            last FAST if ref $s ne 'HASH' || !(plain_number($running) || _bool($running))
+                || !defined $current || ref $current || plain_number($current) || $current eq ''
+                || $current =~ tr/\x00-\x1f"\\//
+                || defined $target
+                && (ref $target || plain_number($target) || $target eq '' || $target =~ tr/\x00-\x1f"\\//);
+            my $stats;
+            if ($st->{mode} eq 'static') {
+                my ($maxcpu, $maxmem) = @$s{qw(maxcpu maxmem)};
+                # NaN fails the comparisons.
+                last FAST if !plain_number($maxcpu) || !plain_number($maxmem)
+                    || !($maxcpu >= 0 && $maxcpu <= MAX_CORES && $maxmem >= 0 && $maxmem <= MAX_BYTES);
+                $stats = '{"maxcpu":' . ($maxcpu == int($maxcpu) ? int($maxcpu) : json_num($maxcpu))
+                    . ',"maxmem":' . int($maxmem) . '}';
+            } else {
+                my ($cpu, $maxcpu, $mem, $maxmem) = @$s{qw(cpu maxcpu mem maxmem)};
+                last FAST
+                    if !plain_number($cpu) || !plain_number($maxcpu) || !plain_number($mem) || !plain_number($maxmem)
+                    || !($cpu >= 0 && $cpu <= MAX_CORES && $maxcpu >= 0 && $maxcpu <= MAX_CORES)
+                    || !($mem >= 0 && $mem <= MAX_BYTES && $maxmem >= 0 && $maxmem <= MAX_BYTES);
+                $stats = '{"cpu":' . ($cpu == int($cpu) ? int($cpu) : json_num($cpu))
+                    . ',"maxcpu":' . ($maxcpu == int($maxcpu) ? int($maxcpu) : json_num($maxcpu))
+                    . ',"mem":' . int($mem) . ',"maxmem":' . int($maxmem) . '}';
+            }
+            my $m = $st->{mirror};
+            my $moving = '';
+            if (defined $target || !exists $m->{nodes}{$current} || exists $m->{res}{$sid}) {
+                $m->add_resource($sid, $current, $target);    # dies with upstream's message
+                $moving = qq(,"target-node":"$target") if defined $target;
+            } else {
+                $m->{res}{$sid} = $current;
+            }
+            my $entry = qq(["$method","$sid",{"stats":$stats,"running":)
+                . ($running ? 'true' : 'false') . qq(,"current-node":"$current"$moving}]);
+            # Connection::journal's common case, written out (see there).
+            my $jf = $st->{jf};
+            if ($st->{sent} < @$jf && $CRSBridge::Connection::PENDING < CRSBridge::Connection::CHUNK - 1) {
+                push @$jf, $entry;
+                $CRSBridge::Connection::PENDING++;
+            } else {
+                CRSBridge::Connection::journal($st, $entry);
+            }
+            return;
         }
-        $json .= ',"running":' . ($running ? 'true' : 'false') . qq(,"current-node":"$current");
-        my $m = $st->{mirror};
-        if (defined $target || !exists $m->{nodes}{$current} || exists $m->{res}{$sid}) {
-            $m->add_resource($sid, $current, $target);    # dies with upstream's message
-            $json .= qq(,"target-node":"$target") if defined $target;
-        } else {
-            $m->{res}{$sid} = $current;
-        }
-        CRSBridge::Connection::journal($st, "$json}]");
+        my $sid = arg_string($_[1]);
+        my ($json, $refused, $current, $target) = resource_param($_[2], $st->{mode}, $param);
+        _mutate($st, $method, json_str($sid) . ",$json", $refused || $sid eq '',
+            add_resource => $sid, $current, $target);
         return;
-    }
-    my $method = $_[1];
-    $sid = arg_string($_[2]);
-    my ($json, $refused, $current, $target) = resource_param($_[3], $st->{mode}, $RESOURCE_PARAM{$method});
-    _mutate($st, $method, json_str($sid) . ",$json", $refused || $sid eq '', add_resource => $sid, $current, $target);
-    return;
+    };
 }
 
 # A remove of either mode (remove_service_usage / remove_resource): unknown sids are a no-op

@@ -5,8 +5,6 @@ use warnings;
 
 use parent 'CRSBridge::Scheduler';
 
-use Scalar::Util ();
-
 use CRSBridge::Args qw(check_arity arg_string);
 use CRSBridge::Codec qw(json_str);
 use CRSBridge::Records qw(node_stats_param dynamic_stats_param);
@@ -82,12 +80,8 @@ scheduler. Returns nothing.
 
 =cut
 
-sub add_resource {
-    check_arity('add_resource', \@_, qw(this sid resource)) if @_ != 3;
-    # _state($_[0]) with its common case written out (this runs once per guest and HA round).
-    my $st = ref $_[0] && Scalar::Util::reftype($_[0]) eq 'HASH' && $_[0]{_crs} || CRSBridge::Scheduler::_state($_[0]);
-    return CRSBridge::Scheduler::_add_resource($st, 'add_resource', $_[1], $_[2]);
-}
+# Written out in CRSBridge::Scheduler (it runs once per guest and HA round: a call less matters).
+*add_resource = CRSBridge::Scheduler::_resource_adder('add_resource', 'resource');
 
 =item remove_resource($sid)
 

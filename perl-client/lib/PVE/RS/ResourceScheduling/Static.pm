@@ -5,8 +5,6 @@ use warnings;
 
 use parent 'CRSBridge::Scheduler';
 
-use Scalar::Util ();
-
 use CRSBridge::Args qw(check_arity arg_string arg_usize out_of_bounds_cores out_of_bounds_bytes);
 use CRSBridge::Codec qw(json_str json_int);
 use CRSBridge::Records qw(static_stats_param);
@@ -92,12 +90,8 @@ node>, C<nodes for resource '<sid>' do not exist>. Returns nothing.
 
 =cut
 
-sub add_service {
-    check_arity('add_service', \@_, qw(this sid service)) if @_ != 3;
-    # _state($_[0]) with its common case written out (this runs once per guest and HA round).
-    my $st = ref $_[0] && Scalar::Util::reftype($_[0]) eq 'HASH' && $_[0]{_crs} || CRSBridge::Scheduler::_state($_[0]);
-    return CRSBridge::Scheduler::_add_resource($st, 'add_service', $_[1], $_[2]);
-}
+# Written out in CRSBridge::Scheduler (it runs once per guest and HA round: a call less matters).
+*add_service = CRSBridge::Scheduler::_resource_adder('add_service', 'service');
 
 =item add_service_usage_to_node($nodename, $sid, \%service_stats)
 
