@@ -198,17 +198,21 @@ def test_depth_limits_answer_alike(request, max_depth):
         assert not taken(raw, pair[0])
 
 
+@st.composite
+def corrupted(draw, raw: bytes) -> bytes:
+    """``raw`` cut short, or with a byte that matters to JSON put in place of one or inserted."""
+    at = draw(st.integers(0, len(raw) - 1))
+    edit = draw(st.sampled_from(["cut", "byte", "insert"]))
+    if edit == "cut":
+        return raw[:at]
+    byte = draw(st.sampled_from([b",", b"]", b"}", b"[", b"\x00", b"\xff", b"\\", b'"', b"1", b"-", b"e", b" "]))
+    return raw[:at] + byte + raw[at + (edit == "byte") :]
+
+
 @given(st.data())
 def test_broken_bytes_answer_alike(data):
     raw = orjson.dumps(message(data.draw(st.sampled_from(sorted(REQUESTS)))))
-    at = data.draw(st.integers(0, len(raw) - 1))
-    edit = data.draw(st.sampled_from(["cut", "byte", "insert"]))
-    if edit == "cut":
-        raw = raw[:at]
-    else:
-        byte = data.draw(st.sampled_from([b",", b"]", b"}", b"\x00", b"\xff", b"\\", b'"', b"1", b"-", b"e", b" "]))
-        raw = raw[:at] + byte + raw[at + (edit == "byte") :]
-    both(raw)
+    both(data.draw(corrupted(raw)))
 
 
 @pytest.mark.parametrize(
