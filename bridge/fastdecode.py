@@ -118,7 +118,7 @@ def _request_type(params: type) -> type[msgspec.Struct]:
     )
 
 
-class CandidateRequestDecoder:
+class TypedRequestDecoder:
     """Decodes the big requests (see the module's docstring): those of the methods in
     ``methods`` (each with the names of its params) that carry candidates, and
     ``scheduler.apply``."""

@@ -44,11 +44,6 @@ FRAMINGS = {
 }
 
 
-def bridge_version() -> str:
-    """The crs-bridge release."""
-    return __version__
-
-
 @dataclass(frozen=True)
 class Variant:
     """One way to run a method: its params model and ``run(bridge, params) -> JSON value``."""
@@ -196,7 +191,7 @@ class Bridge:
         """What ``bridge.info`` answers."""
         return {
             "name": "crs-bridge",
-            "version": bridge_version(),
+            "version": __version__,
             "upstream": {"crate": ["2.0.0", "2.1.0"], "libpve-rs-perl": "0.13.0", "pve-ha-manager": "5.2.0"},
             "imbalance_formulas": {
                 "normalized": "crate 2.1.0: coefficient of variation of node loads / sqrt(n - 1), in [0, 1]",
@@ -219,7 +214,7 @@ class Bridge:
         if self._discover_cache is None:
             from .openrpc import openrpc_document
 
-            self._discover_cache = openrpc_document(self.methods.values(), bridge_version())
+            self._discover_cache = openrpc_document(self.methods.values(), __version__)
         return self._discover_cache
 
 

@@ -4,8 +4,9 @@
 bytes, or None when nothing is to be answered (a notification, or a batch of notifications).
 
 * Decoding and encoding use orjson. A message that is not JSON gets -32700 with the position.
-  A request with expanded candidates is first offered to :mod:`bridge.fastdecode`, which decodes
-  its candidates straight into columns (and gives way to orjson whenever in doubt).
+  A big request (candidates, expanded or compact, or ``scheduler.apply`` journals) is first
+  offered to :mod:`bridge.fastdecode`, which decodes its bulk straight into typed records and
+  columns (and gives way to orjson whenever in doubt).
 * Envelopes are checked here by :func:`request_problem`, a cheap equivalent of jsonrpcserver's
   JSON-schema request validator (same acceptance rules, plus a message saying what is wrong).
   Batch elements are checked one by one, so a batch answers each invalid element with its own
@@ -28,7 +29,7 @@ from core import InvalidInputError, SchedulingError
 from . import phases
 from .dispatch import NODATA, Error, Method, Success, dispatch_to_serializable
 from .errors import MethodUnavailableError, MutationError, ParamsError, UnknownHandleError, shorten
-from .fastdecode import CandidateRequestDecoder
+from .fastdecode import TypedRequestDecoder
 from .limits import TooDeep, decode, how_to_raise
 from .methods import MAX_ERROR_DETAILS, Bridge
 
@@ -137,7 +138,7 @@ class Protocol:
         self._decoded: Any = None
         # jsonrpcserver's method table: every method of the bridge, bound to _invoke.
         self._methods = {name: Method(name, self._invoke) for name in bridge.methods}
-        self._candidate_requests = CandidateRequestDecoder(bridge.candidate_params())
+        self._typed_requests = TypedRequestDecoder(bridge.candidate_params())
 
     def handle(self, message: bytes) -> bytes | None:
         """Answer one message (a request or a batch); None when there is nothing to answer.
@@ -147,7 +148,7 @@ class Protocol:
         """
         self._decoded = None
         max_depth = self.bridge.limits.max_json_depth
-        decoded = self._candidate_requests.decode(message, max_depth)
+        decoded = self._typed_requests.decode(message, max_depth)
         if decoded is None:
             try:
                 decoded = decode(message, max_depth)
@@ -169,7 +170,7 @@ class Protocol:
     def release(self) -> None:
         """Free the last message's decoded objects (see :meth:`handle`)."""
         self._decoded = None
-        self._candidate_requests.release()
+        self._typed_requests.release()
 
     def oversize(self, size: int) -> bytes:
         """The answer to a message of ``size`` bytes over the limit (it was not read)."""

@@ -77,7 +77,7 @@ def protocols(limits: ServerLimits | None = None) -> tuple[Protocol, Protocol]:
     """(as served, typed decoder off) over bridges with the same limits."""
     fast = Protocol(Bridge(limits=limits or ServerLimits()))
     usual = Protocol(Bridge(limits=limits or ServerLimits()))
-    usual._candidate_requests.decode = lambda message, max_depth: None
+    usual._typed_requests.decode = lambda message, max_depth: None
     return fast, usual
 
 
@@ -93,7 +93,7 @@ def both(raw: bytes, pair: tuple[Protocol, Protocol] = (FAST, USUAL)) -> bytes |
 
 
 def taken(raw: bytes, protocol: Protocol = FAST) -> bool:
-    decoded = protocol._candidate_requests.decode(raw, protocol.bridge.limits.max_json_depth)
+    decoded = protocol._typed_requests.decode(raw, protocol.bridge.limits.max_json_depth)
     return decoded is not None and type(decoded["params"]["candidates"]) is CandidateColumns
 
 
@@ -138,7 +138,7 @@ def test_stateful_methods_take_the_typed_path_and_answer_alike():
 def test_values_reach_the_engine_as_the_models_give_them():
     # -0.0 cores become 0.0, integer cores become floats, byte counts stay exact integers.
     candidates = [dict(CANDIDATES[0], stats={"cpu": -0.0, "maxcpu": 2, "mem": MAX_BYTES, "maxmem": 0})]
-    decoded = FAST._candidate_requests.decode(orjson.dumps(message(candidates=candidates)), 1024)
+    decoded = FAST._typed_requests.decode(orjson.dumps(message(candidates=candidates)), 1024)
     columns = decoded["params"]["candidates"]
     assert str(columns.cpu[0]) == "0.0" and columns.mem.tolist() == [MAX_BYTES]
     both(orjson.dumps(message(candidates=candidates)))
@@ -255,8 +255,8 @@ BUNDLES = [
 
 
 def taken_as(raw: bytes, kind: type, protocol: Protocol = FAST) -> bool:
-    decoded = protocol._candidate_requests.decode(raw, protocol.bridge.limits.max_json_depth)
-    protocol._candidate_requests.release()
+    decoded = protocol._typed_requests.decode(raw, protocol.bridge.limits.max_json_depth)
+    protocol._typed_requests.release()
     return decoded is not None and type(decoded["params"]["candidates"]) is kind
 
 

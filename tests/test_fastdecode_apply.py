@@ -92,7 +92,7 @@ class Pair:
 
 def typed_mutations(raw: bytes, protocol: Protocol) -> list[TypedMutations | None]:
     """The mutations of each request in ``raw`` as the typed decoder hands them over (None: not typed)."""
-    decoded = protocol._candidate_requests.decode(raw, protocol.bridge.limits.max_json_depth)
+    decoded = protocol._typed_requests.decode(raw, protocol.bridge.limits.max_json_depth)
     if decoded is None:
         return []
     requests = decoded if isinstance(decoded, list) else [decoded]

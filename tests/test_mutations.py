@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from bridge import mutations
 from bridge.errors import MutationError, ParamsError
-from bridge.fastdecode import CandidateRequestDecoder, TypedMutations
+from bridge.fastdecode import TypedMutations, TypedRequestDecoder
 from bridge.methods import Bridge
 from core import Aggregation, InvalidInputError, NodeStats, ResourceStats, SchedulingError, new_scheduler
 from core.limits import MAX_BYTES, MAX_CORES
@@ -123,7 +123,7 @@ def check_agreement(mode: str, entries: list, fast: mutations.Prepared | None = 
 
 
 #: The typed decoder of the server (bridge.fastdecode), for entries typed as the server types them.
-TYPED = CandidateRequestDecoder({})
+TYPED = TypedRequestDecoder({})
 
 
 def typed_entries(entries: list) -> TypedMutations | None:
