@@ -17,6 +17,7 @@ import numpy as np
 from hypothesis import event, given, note
 from hypothesis import strategies as st
 
+import core.imbalance
 import core.scheduler
 from core import CompactCandidate, InvalidInputError, NodeStats, ResourceStats, SchedulingError, new_scheduler
 from core.candidates import MigrationCandidate
@@ -445,3 +446,16 @@ def test_imbalance_bounds_contain_the_exact_value(case, formula):
         changed[src[i]], changed[tgt[i]] = new_src[i], new_tgt[i]
         exact = ref.imbalance_of_loads(changed, formula)
         assert lo[i] <= exact <= hi[i], (i, lo[i], exact, hi[i])
+
+
+@given(load_cases(), st.sampled_from(["normalized", "raw"]))
+def test_shared_margins_contain_each_rows_bounds(case, formula):
+    """The bounds with one rounding margin for all rows (the usual path) are never tighter than
+    each row's own bounds (the path taken when a total nearly cancels)."""
+    args = [np.array(column) for column in case]
+    shared = imbalance_bounds(*args, formula)
+    with mock.patch.object(core.imbalance, "_shared_margins", return_value=None):
+        own = imbalance_bounds(*args, formula)
+    same = all(np.array_equal(a, b) for a, b in zip(shared, own))
+    event("the rows' own margins (or equal ones)" if same else "shared margins")
+    assert (shared[0] <= own[0]).all() and (shared[1] >= own[1]).all()
