@@ -99,9 +99,15 @@ def bytes_ok(column: np.ndarray) -> np.ndarray:
     return (column >= 0) & (column <= MAX_BYTES)
 
 
-@dataclass(frozen=True, slots=True)
+# NodeStats, ResourceStats and core.usage.Resource are values: never changed once built, and
+# shared (between copies of a usage, between resources with equal records). They are not frozen
+# dataclasses only because those cost four times as much to build (an object.__setattr__ call
+# per field), and a snapshot of a 100k-candidate request builds thousands of them.
+
+
+@dataclass(slots=True)
 class NodeStats:
-    """Usage and capacity of one node.
+    """Usage and capacity of one node (a value: never changed once built).
 
     ``cpu``: cores in use (float); ``maxcpu``: cores (int > 0); ``mem``/``maxmem``: bytes
     (``maxmem`` > 0). Construct through :meth:`checked` for untrusted values.
@@ -138,9 +144,10 @@ class NodeStats:
         return (self.cpu_load + self.mem_load) / 2.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ResourceStats:
-    """Usage and limits of one resource (guest).
+    """Usage and limits of one resource (guest); a value, never changed once built (see
+    :class:`NodeStats`).
 
     ``cpu``: cores in use; ``maxcpu``: core limit (0.0 = unlimited, i.e. the whole node);
     ``mem``/``maxmem``: bytes in use / memory limit.

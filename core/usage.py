@@ -27,9 +27,10 @@ def check_name(field: str, name: object) -> str:
     return name
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Resource:
-    """A resource (guest) in the usage: its stats, whether it runs, and its placement.
+    """A resource (guest) in the usage: its stats, whether it runs, and its placement; a value,
+    never changed once built (not frozen for speed: see :class:`core.stats.NodeStats`).
 
     ``running`` False means *starting*. ``target`` set means the resource is moving from
     ``current`` to ``target`` and loads both nodes.
