@@ -101,3 +101,26 @@ def test_serve_trace_file_records_requests_responses_and_durations(tmp_path):
     assert len(lines) == 2
     assert "-->" in lines[0] and '"id": 7' in lines[0]
     assert "<--" in lines[1] and " ms " in lines[1] and '"id":7' in lines[1]
+
+
+def test_the_server_validates_without_looking_for_pydantic_plugins():
+    """serve() stands in for pydantic's plugin loader (bridge.server.skip_pydantic_plugin_discovery):
+    the first validations import nothing to look for plugins, and validate as always."""
+    script = """
+import sys
+from bridge.server import skip_pydantic_plugin_discovery
+from bridge.methods import Bridge
+from bridge.protocol import Protocol
+print(skip_pydantic_plugin_discovery(), skip_pydantic_plugin_discovery())
+protocol = Protocol(Bridge())
+print(protocol.handle(b'{"jsonrpc":"2.0","id":1,"method":"scheduler.new","params":{"mode":"static"}}').decode())
+print(protocol.handle(b'{"jsonrpc":"2.0","id":2,"method":"scheduler.new","params":{"mode":"x"}}').decode())
+print("importlib.metadata" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=ROOT, timeout=60, check=True)
+    first, good, bad, looked = done.stdout.decode().splitlines()
+    assert first == "True False"  # the second call finds the stand-in in place
+    assert orjson.loads(good)["result"] == {"scheduler": "s1"}
+    error = orjson.loads(bad)["error"]
+    assert error["code"] == -32602 and error["data"]["errors"][0]["loc"] == "mode"
+    assert looked == "False"
