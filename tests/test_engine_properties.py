@@ -23,6 +23,7 @@ from core import CompactCandidate, InvalidInputError, NodeStats, ResourceStats, 
 from core.candidates import MigrationCandidate
 from core.imbalance import imbalance_bounds
 from core.usage import Aggregation
+from core.whatif import what_if
 from tests import reference as ref
 
 NAMES = ["n1", "n10", "n2", "B", "a", "ü-node", "Z9", "m", "c", "x1", "x0", "k", "aa", "ab", "ba", "q"]
@@ -459,3 +460,16 @@ def test_shared_margins_contain_each_rows_bounds(case, formula):
     same = all(np.array_equal(a, b) for a, b in zip(shared, own))
     event("the rows' own margins (or equal ones)" if same else "shared margins")
     assert (shared[0] <= own[0]).all() and (shared[1] >= own[1]).all()
+
+
+@given(scenarios(many=True), st.data())
+def test_exact_imbalances_one_at_a_time_equal_the_vectorised_ones(scn, data):
+    """core.scheduler.exact_imbalances takes up to 32 rows one at a time, more in NumPy: the same bits."""
+    s, _, _ = both(scn)
+    batch = s.candidate_batch(scn.bundles)
+    w = what_if(batch)
+    rows = np.array(data.draw(st.lists(st.integers(0, len(batch) - 1), max_size=32), label="rows"), dtype=np.int64)
+    one_at_a_time = core.scheduler.exact_imbalances(w, rows, scn.formula)
+    with mock.patch.object(core.scheduler, "_ONE_AT_A_TIME_UP_TO", -1):
+        vectorised = core.scheduler.exact_imbalances(w, rows, scn.formula)
+    assert one_at_a_time.tobytes() == vectorised.tobytes()
