@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_e2e import FORMS, METHODS, SERVER, Cluster, score_request  # noqa: E402
+from bench_e2e import FORMS, METHODS, SERVER, Cluster, compile_sources, score_request  # noqa: E402
 
 
 def start(tree: Path) -> subprocess.Popen:
@@ -89,6 +89,8 @@ def main() -> None:
     parser.add_argument("--gap", type=float, default=0.05, help="seconds of quiet before each request")
     args = parser.parse_args()
     trees = [args.old.resolve(), args.new.resolve()]
+    for tree in trees:
+        compile_sources(tree)
     sizes = [tuple(map(int, size.split("x"))) for size in args.sizes.split(",")]
     print(f"A = {trees[0]}\nB = {trees[1]}\nload {os.getloadavg()[0]:.2f}, median of {args.runs} alternated runs")
     compare_startup(trees, args.startups)
