@@ -18,8 +18,8 @@ Conventions:
   also pass the engine's own checks.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: pydantic would then compile and evaluate every
+# annotation string when each model class is created (1.4% of a server start's instructions).
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
@@ -294,7 +294,7 @@ class ClusterParams(Params):
     scheduler: Handle | None = Field(default=None, description="work on this scheduler's state; give this or 'usage'")
 
     @model_validator(mode="after")
-    def _exactly_one_cluster(self) -> ClusterParams:
+    def _exactly_one_cluster(self) -> "ClusterParams":
         if (self.usage is None) == (self.scheduler is None):
             raise PydanticCustomError("cluster", "give exactly one of 'usage' and 'scheduler'")
         return self
