@@ -36,8 +36,10 @@ from .transport import Frame, FrameReader, FrameWriter
 
 log = logging.getLogger("crs-bridge")
 
-#: A request at least this big (bytes) is answered at once, before its objects are freed.
-_SEND_BEFORE_FREEING = 1 << 20
+#: A request at least this big (bytes) is answered at once, before its objects are freed (0.3 ms
+#: for 180 KiB of compact candidates); smaller ones' answers are written with the next ones, and
+#: at the latest before the server waits for input.
+_SEND_BEFORE_FREEING = 64 << 10
 
 
 class Terminated(BaseException):
