@@ -85,7 +85,8 @@ def imbalance_bounds(
     Candidate i changes the load of node ``src[i]`` to ``new_src[i]`` and of ``tgt[i]`` to
     ``new_tgt[i]`` (src != tgt). The exact value (left-to-right sums over the new loads) lies
     within the bounds: they cover the rounding of both computations. Where a bound cannot be
-    trusted (e.g. the deviations cancel to nothing) it widens to [0, inf].
+    trusted (the deviations cancel to nothing, or loads so small that squared deviations fall
+    below the normal floats and lose more than any relative margin covers) it widens to [0, inf].
     """
     n = len(base_loads)
     if formula == "normalized" and n < 2 or n == 0:
@@ -105,7 +106,7 @@ def imbalance_bounds(
     base_sum = float(np.sum(np.abs(base_loads)))
     margins = _shared_margins(n, mean0, dev0, sq0, base_sum, new_src, new_tgt, total, squares)
     if margins is None:
-        margins = _row_margins(n, sq0, base_sum, new_src, new_tgt, total, squares, terms)
+        margins = _row_margins(n, mean0, sq0, base_sum, new_src, new_tgt, total, squares, terms)
     err, rel, unsafe = margins
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         lo = _finish(np.maximum(squares - err, 0.0), total, n, formula) * (1 - rel)
@@ -116,12 +117,16 @@ def imbalance_bounds(
     return np.where(unsafe, 0.0, np.maximum(lo, 0.0)), np.where(unsafe, np.inf, hi)
 
 
-#: The unit roundoff of binary64, and its smallest normal number.
+#: The unit roundoff of binary64.
 _U = 2.0**-53
-_TINY = 2.0**-1022
+#: The smallest mean load (base or after a move) whose bounds are trusted. Two floats near a mean
+#: of at least this differ by 0 or by more than 1e-147, so every squared deviation in either
+#: computation is 0 or a normal float, whose rounding the relative margins cover; below it a
+#: square can be subnormal and lose most of its digits (0.0 and 1e-160 with a mean of 2.5e-161).
+_SMALLEST_MEAN = 1e-130
 
 
-def _row_margins(n: int, sq0: float, base_sum: float, new_src, new_tgt, total, squares, terms):
+def _row_margins(n: int, mean0: float, sq0: float, base_sum: float, new_src, new_tgt, total, squares, terms):
     """Per row: the rounding margin ``err`` of ``squares``, the relative margin ``rel`` of the
     result, and whether the row's bounds cannot be trusted (``unsafe``). The margins cover the
     rounding of the update formula, of the reference's sums (n terms each) and of the
@@ -133,7 +138,8 @@ def _row_margins(n: int, sq0: float, base_sum: float, new_src, new_tgt, total, s
     mean_err = 4 * (n + 4) * u * load_sum / n
     err = 4 * (n + 64) * u * magnitude + 4 * (n + 8) * u * np.abs(squares) + 4 * n * mean_err * mean_err
     rel = 8 * (n + 8) * u + 4 * (n + 4) * u * load_sum / np.maximum(np.abs(total), 1e-300)
-    return err, rel, total <= load_sum * 8 * (n + 4) * u
+    unsafe = (total <= load_sum * 8 * (n + 4) * u) | (total / n < _SMALLEST_MEAN) | (mean0 < _SMALLEST_MEAN)
+    return err, rel, unsafe
 
 
 def _shared_margins(n: int, mean0: float, dev0, sq0: float, base_sum: float, new_src, new_tgt, total, squares):
@@ -155,9 +161,14 @@ def _shared_margins(n: int, mean0: float, dev0, sq0: float, base_sum: float, new
     mean_err = 4 * (n + 4) * u * load_sum / n
     err = 4 * (n + 64) * u * magnitude + 4 * (n + 8) * u * np.abs(squares).max() + 4 * n * mean_err * mean_err
     rel = 8 * (n + 8) * u + 4 * (n + 4) * u * load_sum / max(total_lo, 1e-300)
-    # Every row is then safe, and its bounds finite: its mean is a normal number, and the
-    # deviations are not far above it (rel).
-    if not (total_lo > load_sum * 8 * (n + 4) * u and total_lo / n >= _TINY and math.isfinite(err) and rel < 1e-9):
+    # Every row is then safe, and its bounds finite: its mean and the base mean are large enough
+    # (_SMALLEST_MEAN), and the deviations are not far above it (rel).
+    if not (
+        total_lo > load_sum * 8 * (n + 4) * u
+        and min(total_lo / n, mean0) >= _SMALLEST_MEAN
+        and math.isfinite(err)
+        and rel < 1e-9
+    ):
         return None
     return float(err), float(rel), None
 

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 import core.imbalance
 import core.scheduler
 from core import CompactCandidate, InvalidInputError, NodeStats, ResourceStats, SchedulingError, new_scheduler
-from core.candidates import MigrationCandidate
+from core.candidates import Migration, MigrationCandidate, batch_from_candidates
 from core.imbalance import imbalance_bounds
-from core.usage import Aggregation
+from core.usage import Aggregation, NodeView
 from core.whatif import what_if
 from tests import reference as ref
 
@@ -411,24 +411,34 @@ def test_candidate_errors_match_reference(scn, data):
 # -- the bounds of the fast path -------------------------------------------------------------
 
 
+#: Values (zero, or about 1e-170 to 1e-150) whose differences square to numbers below the normal
+#: floats: those squares keep only a few digits, in the engine's bounds and in the reference.
+BELOW_NORMAL_SQUARES = st.one_of(
+    st.just(0.0), st.builds(lambda m, e: m * 10.0**e, st.floats(0.0, 10.0), st.integers(-170, -150))
+)
+
+
 @st.composite
 def load_cases(draw):
     """Base loads and per-candidate (src, new src load, tgt, new tgt load), in several regimes."""
     n = draw(st.integers(2, 40))
-    regime = draw(st.sampled_from(["uniform", "near-equal", "spread", "tiny", "huge", "zeros"]))
+    regime = draw(st.sampled_from(["uniform", "near-equal", "spread", "tiny", "below-normal squares", "huge", "zeros"]))
     if regime == "near-equal":
         base = draw(st.floats(1e-3, 10.0))
         loads = [base * (1.0 + k * 2.0**-50) for k in draw(st.lists(st.integers(-3, 3), min_size=n, max_size=n))]
     elif regime == "zeros":
         loads = draw(st.lists(st.sampled_from([0.0, 0.0, 5e-324, 0.5]), min_size=n, max_size=n))
     else:
-        top = {"uniform": 2.0, "spread": 1e6, "tiny": 1e-300, "huge": 1e15}[regime]
-        loads = draw(st.lists(st.floats(0.0, top), min_size=n, max_size=n))
+        top = {"uniform": 2.0, "spread": 1e6, "tiny": 1e-300, "below-normal squares": 1e-140, "huge": 1e15}[regime]
+        values = BELOW_NORMAL_SQUARES if regime == "below-normal squares" else st.floats(0.0, top)
+        loads = draw(st.lists(values, min_size=n, max_size=n))
     rows = draw(st.integers(1, 40))
     src, tgt, new_src, new_tgt = [], [], [], []
     for _ in range(rows):
         a, b = draw(st.lists(st.integers(0, n - 1), min_size=2, max_size=2, unique=True))
-        moved = draw(st.one_of(st.just(loads[a]), st.floats(0.0, max(loads[a], 1e-300) * 2), st.just(0.0)))
+        moved = draw(
+            st.one_of(st.just(loads[a]), st.floats(0.0, max(loads[a], 1e-300) * 2), st.just(0.0), BELOW_NORMAL_SQUARES)
+        )
         src.append(a)
         tgt.append(b)
         new_src.append(max(loads[a] - moved, 0.0))
@@ -473,3 +483,29 @@ def test_exact_imbalances_one_at_a_time_equal_the_vectorised_ones(scn, data):
     with mock.patch.object(core.scheduler, "_ONE_AT_A_TIME_UP_TO", -1):
         vectorised = core.scheduler.exact_imbalances(w, rows, scn.formula)
     assert one_at_a_time.tobytes() == vectorised.tobytes()
+
+
+@st.composite
+def tiny_load_clusters(draw) -> tuple[list[tuple[str, NodeStats]], list[tuple[Migration, ResourceStats]]]:
+    """Nodes whose loads are all tiny (cpu only, :data:`BELOW_NORMAL_SQUARES`), and more than 64
+    candidates moving such amounts: the bounded path of bruteforce on loads whose squares lose
+    digits."""
+    names = [f"n{i}" for i in range(draw(st.integers(2, 6)))]
+    maxcpu = st.sampled_from([1, 2, 64, 1000])
+    nodes = [(name, NodeStats(draw(BELOW_NORMAL_SQUARES), draw(maxcpu), 0, 1)) for name in names]
+    candidates = []
+    for k in range(draw(st.integers(65, 100))):
+        a, b = draw(st.lists(st.sampled_from(names), min_size=2, max_size=2, unique=True))
+        candidates.append((Migration(f"vm:{k}", a, b), ResourceStats(draw(BELOW_NORMAL_SQUARES), 0.0, 0, 0)))
+    return nodes, candidates
+
+
+@given(tiny_load_clusters(), st.sampled_from(["normalized", "raw"]))
+def test_bruteforce_on_tiny_loads_matches_reference(cluster, formula):
+    nodes, candidates = cluster
+    view = NodeView.from_stats([name for name, _ in nodes], [stats for _, stats in nodes])
+    batch = batch_from_candidates(view, [MigrationCandidate(m, stats) for m, stats in candidates])
+    best = core.scheduler.score_migrations(batch, 3, "bruteforce", formula)
+    assert scored_bits(best) == scored_bits(ref.bruteforce(nodes, candidates, 3, formula))
+    chosen = core.scheduler.select_best_migration(batch, "bruteforce", formula, 0.0)
+    assert scored_bits([chosen]) == scored_bits([ref.select_best(nodes, candidates, formula, 0.0)])
