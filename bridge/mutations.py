@@ -88,7 +88,7 @@ class Prepared:
     def of(cls, mode: str, entries: Sequence[tuple[str, tuple]]) -> Prepared:
         """``(method, engine args)`` entries of ``mode``, prepared."""
         adds = _ADDS[mode]
-        # Resources are immutable and hold no sid: equal adds share one (a round's guests repeat
+        # Resources are never changed and hold no sid: equal adds share one (a round's guests repeat
         # a few sizes and nodes; stats of equal value are one object already, see prepared).
         shared: dict[tuple, Resource] = {}
         steps: list[tuple[str, tuple | Adds]] = []
@@ -223,7 +223,7 @@ def prepared(mode: str, entries: Any) -> Prepared | None:
     if type(entries) is not list:
         return None
     parsers = _PARSERS[mode]
-    # Equal stats give one ResourceStats (immutable, so resources may share it): a round's guests
+    # Equal stats give one ResourceStats (never changed, so resources may share it): a round's guests
     # repeat a few sizes, and building one costs more than checking its values.
     shared: dict[tuple, ResourceStats] = {}
     out = []

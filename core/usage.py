@@ -134,7 +134,7 @@ class Usage:
 
     def copy(self) -> Usage:
         """An independent copy: same nodes, resources and orders (stats and resources are
-        immutable and shared). What an all-or-nothing series of changes works on."""
+        values, never changed, and shared). What an all-or-nothing series of changes works on."""
         other = Usage()
         other._nodes = {name: node.copy() for name, node in self._nodes.items()}
         other._resources = dict(self._resources)
