@@ -127,28 +127,22 @@ _SMALLEST_MEAN = 1e-130
 
 
 def _row_margins(n: int, mean0: float, sq0: float, base_sum: float, new_src, new_tgt, total, squares, terms):
-    """Per row: the rounding margin ``err`` of ``squares``, the relative margin ``rel`` of the
-    result, and whether the row's bounds cannot be trusted (``unsafe``). The margins cover the
-    rounding of the update formula, of the reference's sums (n terms each) and of the
-    reference's mean (which enters the squares quadratically); generous constants, the bounds
-    only filter. ``base_sum``: the sum of the base loads' magnitudes."""
-    u = _U
+    """Per row: the margins of :func:`_margins`, and whether the row's bounds cannot be trusted
+    (``unsafe``). ``base_sum``: the sum of the base loads' magnitudes."""
     magnitude = sq0 + terms[0] + terms[1] + terms[2] + terms[3] + terms[4]
     load_sum = np.abs(total) + base_sum + np.abs(new_src) + np.abs(new_tgt)
-    mean_err = 4 * (n + 4) * u * load_sum / n
-    err = 4 * (n + 64) * u * magnitude + 4 * (n + 8) * u * np.abs(squares) + 4 * n * mean_err * mean_err
-    rel = 8 * (n + 8) * u + 4 * (n + 4) * u * load_sum / np.maximum(np.abs(total), 1e-300)
-    unsafe = (total <= load_sum * 8 * (n + 4) * u) | (total / n < _SMALLEST_MEAN) | (mean0 < _SMALLEST_MEAN)
+    err, rel = _margins(n, magnitude, load_sum, np.abs(squares), np.abs(total))
+    unsafe = _cancels(n, total, load_sum) | (total / n < _SMALLEST_MEAN) | (mean0 < _SMALLEST_MEAN)
     return err, rel, unsafe
 
 
 def _shared_margins(n: int, mean0: float, dev0, sq0: float, base_sum: float, new_src, new_tgt, total, squares):
     """:func:`_row_margins` with each per-row quantity replaced by its largest value over the
-    rows, so at least as wide: one ``err`` and one ``rel`` for all rows, none unsafe; None when
-    some row is unsafe or shared margins would be loose (a total close to cancelling)."""
+    rows (the smallest total), so at least as wide, :func:`_margins` growing with each: one
+    ``err`` and one ``rel`` for all rows, none unsafe; None when some row is unsafe or shared
+    margins would be loose (a total close to cancelling)."""
     if len(total) == 0:
         return None
-    u = _U
     src_lo, src_hi, tgt_lo, tgt_hi = new_src.min(), new_src.max(), new_tgt.min(), new_tgt.max()
     total_lo, total_hi = total.min(), total.max()
     # Each term is the same rounded operation as a row's on the extreme input, and rounding is
@@ -158,19 +152,30 @@ def _shared_margins(n: int, mean0: float, dev0, sq0: float, base_sum: float, new
     shift = max(mean0 - total_lo / n, total_hi / n - mean0)
     magnitude = sq0 + dev * dev + dev * dev + ds_new * ds_new + dt_new * dt_new + n * (shift * shift)
     load_sum = max(-total_lo, total_hi) + base_sum + max(-src_lo, src_hi) + max(-tgt_lo, tgt_hi)
-    mean_err = 4 * (n + 4) * u * load_sum / n
-    err = 4 * (n + 64) * u * magnitude + 4 * (n + 8) * u * np.abs(squares).max() + 4 * n * mean_err * mean_err
-    rel = 8 * (n + 8) * u + 4 * (n + 4) * u * load_sum / max(total_lo, 1e-300)
+    err, rel = _margins(n, magnitude, load_sum, np.abs(squares).max(), total_lo)
     # Every row is then safe, and its bounds finite: its mean and the base mean are large enough
     # (_SMALLEST_MEAN), and the deviations are not far above it (rel).
-    if not (
-        total_lo > load_sum * 8 * (n + 4) * u
-        and min(total_lo / n, mean0) >= _SMALLEST_MEAN
-        and math.isfinite(err)
-        and rel < 1e-9
-    ):
+    loose = not (math.isfinite(err) and rel < 1e-9)
+    if loose or _cancels(n, total_lo, load_sum) or min(total_lo / n, mean0) < _SMALLEST_MEAN:
         return None
     return float(err), float(rel), None
+
+
+def _margins(n: int, magnitude, load_sum, squares_size, total_size):
+    """The rounding margin ``err`` of the squared deviations (``squares_size`` in size) and the
+    relative margin ``rel`` of the result; they cover the rounding of the update formula, of the
+    reference's sums (n terms each) and of the reference's mean (which enters the squares
+    quadratically). Generous constants: the bounds only filter. Both grow with ``magnitude``,
+    ``load_sum`` and ``squares_size`` and shrink with ``total_size`` (arrays or numbers)."""
+    mean_err = 4 * (n + 4) * _U * load_sum / n
+    err = 4 * (n + 64) * _U * magnitude + 4 * (n + 8) * _U * squares_size + 4 * n * mean_err * mean_err
+    rel = 8 * (n + 8) * _U + 4 * (n + 4) * _U * load_sum / np.maximum(total_size, 1e-300)
+    return err, rel
+
+
+def _cancels(n: int, total, load_sum):
+    """Whether a total of loads is within rounding of 0 (its relative error unbounded)."""
+    return total <= load_sum * 8 * (n + 4) * _U
 
 
 def _finish(squares: np.ndarray, total: np.ndarray, n: int, formula: Formula) -> np.ndarray:
