@@ -32,7 +32,7 @@ from .errors import shorten
 from .limits import ServerLimits
 from .methods import Bridge
 from .protocol import INTERNAL_ERROR, Protocol, error_response
-from .transport import Frame, FrameReader, FrameWriter
+from .transport import Frame, FrameReader, FrameWriter, enlarge_pipe
 
 log = logging.getLogger("crs-bridge")
 
@@ -153,6 +153,7 @@ def serve(
     bridge = Bridge(limits=limits, debug_methods=debug_methods)
     protocol = Protocol(bridge)
     writer = _GuardedWriter(_protect_stdout(), signals)
+    enlarge_pipe(in_fd)  # big requests arrive in a few reads, not dozens
     reader = FrameReader(in_fd, limits.max_message_bytes, before_wait=writer.flush)
     tracer = Tracer(trace) if trace is not None else None
     # Start-up objects never become garbage; keep them out of every collection.

@@ -13,6 +13,7 @@ answer sitting in a buffer.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -28,6 +29,22 @@ _HEADER = re.compile(rb"content-length:[ \t]*(\d+)[ \t]*\r?$", re.IGNORECASE)
 _MAX_HEADER_BYTES = 8192
 _READ_SIZE = 1 << 20
 _FLUSH_AT = 1 << 20
+#: What :func:`enlarge_pipe` asks for: the most an unprivileged process may set by default.
+PIPE_BYTES = 1 << 20
+
+
+def enlarge_pipe(fd: int, size: int = PIPE_BYTES) -> bool:
+    """Ask for a pipe buffer of ``size`` bytes on ``fd`` (Linux); False if ``fd`` is no pipe or
+    the system refuses.
+
+    With the default 64 KiB a 1.6 MB request crosses the pipe in some 25 rounds of the writer
+    filling it and the server being woken to drain it; with 1 MiB in two.
+    """
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size)
+    except (OSError, AttributeError):  # not a pipe, over the user's limit, or not Linux
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,13 +1,16 @@
 """Framing and process lifecycle of the real server: both framings, size limit, end of input,
-``shutdown``, SIGTERM, and stdout carrying protocol only."""
+``shutdown``, SIGTERM, stdout carrying protocol only, and the size of the input pipe."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 import signal
 
 import orjson
 import pytest
 
+from bridge.transport import PIPE_BYTES, enlarge_pipe
 from tests.bridge_client import CONTENT_LENGTH, NDJSON, BridgeClient
 
 INFO = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "bridge.info"})
@@ -104,3 +107,29 @@ def test_stdout_carries_protocol_only_even_when_tracing_to_stderr():
         assert all(a["jsonrpc"] == "2.0" for a in answers)
         trace = client.stderr()
         assert trace.count("-->") == 4 and trace.count("<--") == 4 and " ms " in trace
+
+
+def _pipe_bytes(fd: int) -> int:
+    return fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+
+
+def test_enlarge_pipe_sets_the_capacity_and_refuses_what_is_no_pipe(tmp_path):
+    read_end, write_end = os.pipe()
+    try:
+        if _pipe_bytes(read_end) >= PIPE_BYTES:
+            pytest.skip("this system's pipes start at the size asked for")
+        assert enlarge_pipe(read_end) is True
+        assert _pipe_bytes(write_end) == PIPE_BYTES  # one pipe: the writer's end sees it too
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    with open(tmp_path / "plain", "wb") as plain:
+        assert enlarge_pipe(plain.fileno()) is False
+
+
+def test_the_server_enlarges_its_input_pipe():
+    with BridgeClient() as client:
+        if _pipe_bytes(client.process.stdin.fileno()) >= PIPE_BYTES:
+            pytest.skip("this system's pipes start at the size asked for")
+        client.call("bridge.info")  # answered: the server is past its start
+        assert _pipe_bytes(client.process.stdin.fileno()) == PIPE_BYTES
