@@ -6,10 +6,12 @@ validator (jsonschema, attrs, referencing), about 110 ms of a start-up budget of
 server needs none of them: it dispatches synchronously and checks requests itself
 (:func:`bridge.protocol.request_problem`). So this module loads jsonrpcserver's ``dispatcher`` and
 ``response`` modules, which import none of them, from the package's directory without running
-its ``__init__``; the same functions ``jsonrpcserver.dispatch_to_serializable`` calls.
+its ``__init__``; the same functions ``jsonrpcserver.dispatch_to_serializable`` calls. Their
+``oslash.either`` is loaded the same way, without the other monads oslash's ``__init__`` imports.
 
 An ``import jsonrpcserver`` later (a test, say) runs the real ``__init__``, which reuses the
-modules loaded here: ``jsonrpcserver.Success`` is :data:`Success`.
+modules loaded here: ``jsonrpcserver.Success`` is :data:`Success` (and ``oslash.Left`` is
+``oslash.either.Left``).
 """
 
 from __future__ import annotations
@@ -18,28 +20,34 @@ import importlib
 import importlib.util
 import inspect
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
-def _load_without_package_init(package: str, *modules: str) -> list[Any]:
-    """``package.module`` for each of ``modules``, imported under a bare, uninitialised
-    ``package`` that is withdrawn again afterwards (unless the package was already imported)."""
-    if package in sys.modules:
-        return [importlib.import_module(f"{package}.{name}") for name in modules]
-    spec = importlib.util.find_spec(package)
-    if spec is None:
-        raise ModuleNotFoundError(f"No module named '{package}'", name=package)
-    sys.modules[package] = importlib.util.module_from_spec(spec)  # knows its __path__, ran nothing
+@contextmanager
+def _bare_packages(*packages: str) -> Iterator[None]:
+    """Within the block, each of ``packages`` not imported yet is a bare, uninitialised package
+    (it knows its ``__path__`` and ran nothing), so that importing one of its modules runs only
+    that module; the bare packages are withdrawn again afterwards."""
+    bare = [package for package in packages if package not in sys.modules]
+    for package in bare:
+        spec = importlib.util.find_spec(package)
+        if spec is None:
+            raise ModuleNotFoundError(f"No module named '{package}'", name=package)
+        sys.modules[package] = importlib.util.module_from_spec(spec)
     try:
-        return [importlib.import_module(f"{package}.{name}") for name in modules]
+        yield
     finally:
-        del sys.modules[package]
+        for package in bare:
+            del sys.modules[package]
 
 
-_dispatcher, _response, _result, _sentinels = _load_without_package_init(
-    "jsonrpcserver", "dispatcher", "response", "result", "sentinels"
-)
+# oslash's __init__ imports all its monads (2% of a server start); jsonrpcserver uses only Either.
+with _bare_packages("jsonrpcserver", "oslash"):
+    _dispatcher, _response, _result, _sentinels = (
+        importlib.import_module(f"jsonrpcserver.{name}") for name in ("dispatcher", "response", "result", "sentinels")
+    )
 
 Success = _result.Success
 Error = _result.Error

@@ -60,10 +60,19 @@ def test_jsonrpcserver_stays_importable_with_the_same_classes():
     assert NODATA is dispatch.NODATA
 
 
-def test_server_start_loads_no_asyncio_jsonschema_or_http_server():
+def test_oslash_stays_importable_with_the_same_either():
+    import oslash
+    from oslash.either import Left
+
+    assert oslash.Left is Left
+    assert oslash.List is not None  # the package's __init__ ran in full
+
+
+def test_server_start_loads_no_asyncio_jsonschema_http_server_or_unused_monads():
+    unwanted = ("asyncio", "jsonschema", "http.server", "importlib.metadata", "oslash", "oslash.list")
     code = (
         "import sys, bridge.cli, bridge.server, bridge.protocol; "
-        "print(sorted(m for m in ('asyncio', 'jsonschema', 'http.server', 'importlib.metadata') if m in sys.modules))"
+        f"print(sorted(m for m in {unwanted!r} if m in sys.modules))"
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]"
