@@ -62,6 +62,13 @@ subtest 'CRS_BRIDGE_JSON' => sub {
         my ($xs_backend, $xs) = split ' ', perl_output($program, CRS_BRIDGE_JSON => 'XS');
         is("$xs_backend $xs", "Cpanel::JSON::XS $pp", 'Cpanel::JSON::XS decodes to the same double');
     }
+    # Cpanel::JSON::XS hidden (whether installed or not): the first call says what is missing.
+    my $hide = 'BEGIN { unshift @INC, sub { die "hidden\\n" if $_[1] eq "Cpanel/JSON/XS.pm"; return } }';
+    my $out = perl_output("$hide use PVE::RS::ResourceScheduling::Static;"
+        . 'eval { PVE::RS::ResourceScheduling::Static->new()->add_node("n1", 4, 2**30) }; print $@',
+        CRS_BRIDGE_JSON => 'XS');
+    like($out, qr/^crs-bridge: CRS_BRIDGE_JSON=XS needs Cpanel::JSON::XS, which is not installed/,
+        'CRS_BRIDGE_JSON=XS without Cpanel::JSON::XS: the message says so');
 };
 
 subtest 'CRS_BRIDGE_LOG' => sub {

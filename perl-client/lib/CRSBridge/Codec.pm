@@ -52,6 +52,8 @@ sub _init {
         $DECODER = $module->new->utf8(1)->allow_nonref(1);
         return;
     }
+    die "crs-bridge: CRS_BRIDGE_JSON=XS needs Cpanel::JSON::XS, which is not installed"
+        . " (install it, or unset CRS_BRIDGE_JSON to use JSON::PP)\n" if $want eq 'XS';
     die "crs-bridge: no usable JSON module (tried @try)\n";
 }
 

@@ -14,7 +14,7 @@ use warnings;
 
 use Time::HiRes qw(time);
 
-use CRSBridge::Codec qw(decode_json_text json_str);
+use CRSBridge::Codec qw(backend decode_json_text json_str);
 use CRSBridge::Process;
 
 # Buffered mutations are sent once this many have piled up (over all objects): the server
@@ -337,6 +337,7 @@ sub _deadline {
 sub _ensure_server {
     my ($self) = @_;
     return if $self->{proc};
+    backend();    # a missing JSON module says so here, not as an answer that "is not JSON"
     $self->{proc} = CRSBridge::Process->spawn;
     $self->{number} = ++$SERVERS;
     $self->{srv} = "$SERVERS/$$";
