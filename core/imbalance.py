@@ -106,7 +106,7 @@ def imbalance_bounds(
     base_sum = float(np.sum(np.abs(base_loads)))
     margins = _shared_margins(n, mean0, dev0, sq0, base_sum, new_src, new_tgt, total, squares)
     if margins is None:
-        margins = _row_margins(n, mean0, sq0, base_sum, new_src, new_tgt, total, squares, terms)
+        margins = _row_margins(n, mean0, sq0, base_sum, new_src, new_tgt, total, squares, shift, terms)
     err, rel, unsafe = margins
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         lo = _finish(np.maximum(squares - err, 0.0), total, n, formula) * (1 - rel)
@@ -126,12 +126,12 @@ _U = 2.0**-53
 _SMALLEST_MEAN = 1e-130
 
 
-def _row_margins(n: int, mean0: float, sq0: float, base_sum: float, new_src, new_tgt, total, squares, terms):
+def _row_margins(n: int, mean0: float, sq0: float, base_sum: float, new_src, new_tgt, total, squares, shift, terms):
     """Per row: the margins of :func:`_margins`, and whether the row's bounds cannot be trusted
     (``unsafe``). ``base_sum``: the sum of the base loads' magnitudes."""
     magnitude = sq0 + terms[0] + terms[1] + terms[2] + terms[3] + terms[4]
     load_sum = np.abs(total) + base_sum + np.abs(new_src) + np.abs(new_tgt)
-    err, rel = _margins(n, magnitude, load_sum, np.abs(squares), np.abs(total))
+    err, rel = _margins(n, magnitude, load_sum, np.abs(squares), np.abs(total), np.abs(shift))
     unsafe = _cancels(n, total, load_sum) | (total / n < _SMALLEST_MEAN) | (mean0 < _SMALLEST_MEAN)
     return err, rel, unsafe
 
@@ -152,7 +152,7 @@ def _shared_margins(n: int, mean0: float, dev0, sq0: float, base_sum: float, new
     shift = max(mean0 - total_lo / n, total_hi / n - mean0)
     magnitude = sq0 + dev * dev + dev * dev + ds_new * ds_new + dt_new * dt_new + n * (shift * shift)
     load_sum = max(-total_lo, total_hi) + base_sum + max(-src_lo, src_hi) + max(-tgt_lo, tgt_hi)
-    err, rel = _margins(n, magnitude, load_sum, np.abs(squares).max(), total_lo)
+    err, rel = _margins(n, magnitude, load_sum, np.abs(squares).max(), total_lo, shift)
     # Every row is then safe, and its bounds finite: its mean and the base mean are large enough
     # (_SMALLEST_MEAN), and the deviations are not far above it (rel).
     loose = not (math.isfinite(err) and rel < 1e-9)
@@ -161,14 +161,21 @@ def _shared_margins(n: int, mean0: float, dev0, sq0: float, base_sum: float, new
     return float(err), float(rel), None
 
 
-def _margins(n: int, magnitude, load_sum, squares_size, total_size):
+def _margins(n: int, magnitude, load_sum, squares_size, total_size, shift_size):
     """The rounding margin ``err`` of the squared deviations (``squares_size`` in size) and the
     relative margin ``rel`` of the result; they cover the rounding of the update formula, of the
-    reference's sums (n terms each) and of the reference's mean (which enters the squares
-    quadratically). Generous constants: the bounds only filter. Both grow with ``magnitude``,
-    ``load_sum`` and ``squares_size`` and shrink with ``total_size`` (arrays or numbers)."""
+    reference's sums (n terms each), of the reference's mean (which enters the squares
+    quadratically) and of the update's mean shift (``shift_size`` in size, which enters them as
+    ``n * shift**2``: an error e of the shift moves that by ``2 n |shift| e``, first order, which
+    outgrows the relative margins when the shift is small next to the mean). Generous constants:
+    the bounds only filter. Both grow with ``magnitude``, ``load_sum``, ``squares_size`` and
+    ``shift_size`` and shrink with ``total_size`` (arrays or numbers)."""
     mean_err = 4 * (n + 4) * _U * load_sum / n
-    err = 4 * (n + 64) * _U * magnitude + 4 * (n + 8) * _U * squares_size + 4 * n * mean_err * mean_err
+    err = (
+        4 * (n + 64) * _U * magnitude
+        + 4 * (n + 8) * _U * squares_size
+        + 4 * n * (shift_size + 2 * mean_err) * mean_err
+    )
     rel = 8 * (n + 8) * _U + 4 * (n + 4) * _U * load_sum / np.maximum(total_size, 1e-300)
     return err, rel
 
