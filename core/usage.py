@@ -269,6 +269,9 @@ class Usage:
             raise SchedulingError(f"resource '{sid}' is already moving to target node '{existing.target}'")
         moving = Resource(existing.stats, existing.running, existing.current, nodename)
         self._check_placement(sid, moving)
+        # Before anything changes: the target gains the resource's memory (its current node
+        # counts it already), the only check add_resource can still fail once it is removed.
+        self._check_memory(sid, Resource(existing.stats, existing.running, nodename))
         # Upstream takes the resource out and adds it again, so it moves to the end of its
         # current node's resource order.
         self.remove_resource(sid)

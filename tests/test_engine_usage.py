@@ -270,6 +270,20 @@ def test_failed_legacy_re_add_changes_nothing(node, message):
     fails_unchanged(s, lambda: s.add_service_usage_to_node(node, "vm:1", SERVICE), SchedulingError, message)
 
 
+def test_legacy_re_add_over_the_targets_memory_limit_changes_nothing():
+    """Found in review: the resource was taken out before the target's memory was checked."""
+    s = static_abc()
+    s.add_service("vm:0", SERVICE, True, "B")
+    s.add_service("vm:1", SERVICE, True, "A")
+    s.add_service("vm:2", ResourceStats.static(1.0, MAX_BYTES - SERVICE.maxmem + 1), True, "C")
+    err = fails_unchanged(s, lambda: s.add_service_usage_to_node("C", "vm:1", SERVICE), InvalidInputError)
+    assert (
+        str(err)
+        == f"resource 'vm:1'.stats.maxmem: memory of node 'C' with resource 'vm:1' would exceed {MAX_BYTES} bytes"
+    )
+    assert s.usage.resource("vm:1").current == "A"
+
+
 def test_third_legacy_add_fails_and_keeps_the_resource():
     """Upstream drops the resource on this error (binding.md §2.7 quirk); crs-bridge keeps it."""
     s = static_abc()
