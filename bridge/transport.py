@@ -57,6 +57,13 @@ class Frame:
     size: int
 
 
+def _declared_length(digits: bytes) -> int:
+    """A Content-Length header's value; a value of over 20 digits (past any size limit) as 2**64,
+    since Python refuses to convert more than 4300 digits at all."""
+    digits = digits.lstrip(b"0")
+    return int(digits or b"0") if len(digits) <= 20 else 1 << 64
+
+
 class FrameReader:
     """Iterate over the messages arriving on file descriptor ``fd``.
 
@@ -95,7 +102,7 @@ class FrameReader:
                 continue
             header = _HEADER.match(line)
             if header is not None:
-                return self._content_length_frame(int(header.group(1)))
+                return self._content_length_frame(_declared_length(header.group(1)))
             return Frame(NDJSON, line, len(line))
 
     # -- lines ----------------------------------------------------------------------------

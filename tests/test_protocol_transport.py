@@ -133,3 +133,14 @@ def test_the_server_enlarges_its_input_pipe():
             pytest.skip("this system's pipes start at the size asked for")
         client.call("bridge.info")  # answered: the server is past its start
         assert _pipe_bytes(client.process.stdin.fileno()) == PIPE_BYTES
+
+
+def test_content_length_of_thousands_of_digits_is_read_as_a_number():
+    """Python refuses to convert over 4300 digits: the server used to fail on such a header."""
+    with BridgeClient() as client:
+        client.send_raw(b"Content-Length: " + b"0" * 5000 + b"%d\r\n\r\n" % len(INFO) + INFO, framing=NDJSON)
+        assert client.read()["id"] == 1
+        client.send_raw(b"Content-Length: " + b"9" * 5000 + b"\r\n\r\n" + INFO, framing=NDJSON)
+        refused = client.read()
+        assert refused["error"]["code"] == -32600 and "exceeds the limit" in refused["error"]["message"]
+        assert client.close() == 0
