@@ -76,7 +76,7 @@ class Method:
         self.name = name
         self.invoke = invoke
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:  # any name may be a param, even "self"
         return self.invoke(self.name, *args, **kwargs)
 
 

@@ -83,13 +83,14 @@ def test_server_start_loads_no_asyncio_jsonschema_http_server_or_unused_monads()
     [
         ([1, "a", None], ((1, "a", None), {})),
         ({"x": 1, "y": [2]}, ((), {"x": 1, "y": [2]})),
+        ({"self": 1, "args": 2}, ((), {"self": 1, "args": 2})),  # was -32603 (found in review)
         (None, ((), {})),
     ],
 )
 def test_a_method_takes_any_params_and_passes_them_on_with_its_name(params, expected):
     calls = []
 
-    def invoke(name, *args, **kwargs):
+    def invoke(name, /, *args, **kwargs):
         calls.append((name, args, kwargs))
         return dispatch.Success("done")
 
