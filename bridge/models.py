@@ -33,7 +33,10 @@ from pydantic import (
     Strict,
     StringConstraints,
     Tag,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
     WithJsonSchema,
+    WrapValidator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -203,20 +206,47 @@ class DynamicSnapshotResource(DynamicResource):
     sid: Name
 
 
+#: Entries of a long list validated at a time (see :func:`InParts`).
+_PART = 1000
+
+
+def _in_parts(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    # pydantic reports every bad entry of a list, at some 1 KB of memory per error: refusing a
+    # million empty objects took gigabytes. Part by part, validation stops at the first part
+    # with an error and reports that part's errors.
+    if type(value) is not list or len(value) <= _PART:
+        return handler(value)
+    validated = []
+    for start in range(0, len(value), _PART):
+        try:
+            validated += handler(value[start : start + _PART])
+        except ValidationError:
+            handler(value[: start + _PART])  # raises the same errors, indexed as in the whole list
+            raise
+    return validated
+
+
+def InParts(item: Any) -> Any:  # noqa: N802 (a type)
+    """``list[item]``, validated :data:`_PART` entries at a time: a long list's errors are those
+    of its first part with an error (a list's entries are checked one by one, so a valid list
+    gives the same result, and the errors reported are the first ones, in order)."""
+    return Annotated[list[item], WrapValidator(_in_parts)]
+
+
 class StaticUsage(Record):
     """A full static cluster snapshot; the order of ``nodes`` is the node order."""
 
     mode: Literal["static"]
-    nodes: list[StaticNode]
-    resources: list[StaticSnapshotResource] = []
+    nodes: InParts(StaticNode)
+    resources: InParts(StaticSnapshotResource) = []
 
 
 class DynamicUsage(Record):
     """A full dynamic cluster snapshot; the order of ``nodes`` is the node order."""
 
     mode: Literal["dynamic"]
-    nodes: list[DynamicNode]
-    resources: list[DynamicSnapshotResource] = []
+    nodes: InParts(DynamicNode)
+    resources: InParts(DynamicSnapshotResource) = []
 
 
 #: A cluster snapshot, static or dynamic by its ``mode``.
@@ -228,8 +258,8 @@ class CompactCandidate(Record):
     included) and the allowed target ``nodes``; one candidate per target, in ``nodes`` order."""
 
     leader: Name
-    nodes: list[Name]
-    resources: list[Name]
+    nodes: InParts(Name)
+    resources: InParts(Name)
 
 
 class Candidate(Record):
@@ -264,7 +294,7 @@ class _PublishAsAnyOf:
 
 #: Candidates: a list of :class:`CompactCandidate` or a list of :class:`Candidate`.
 Candidates = Annotated[
-    Annotated[list[CompactCandidate], Tag("compact")] | Annotated[list[Candidate], Tag("expanded")],
+    Annotated[InParts(CompactCandidate), Tag("compact")] | Annotated[InParts(Candidate), Tag("expanded")],
     Discriminator(_candidate_form),
     _PublishAsAnyOf(),
 ]
@@ -526,14 +556,14 @@ class StaticApplyParams(SchedulerParams):
     """``scheduler.apply`` on a static scheduler: ``add_node``, ``remove_node``, ``add_service``,
     ``add_service_usage_to_node``, ``remove_service_usage``."""
 
-    mutations: list[StaticMutation] = Field(description=_MUTATIONS_DESCRIPTION)
+    mutations: InParts(StaticMutation) = Field(description=_MUTATIONS_DESCRIPTION)
 
 
 class DynamicApplyParams(SchedulerParams):
     """``scheduler.apply`` on a dynamic scheduler: ``add_node``, ``remove_node``, ``add_resource``,
     ``remove_resource``."""
 
-    mutations: list[DynamicMutation] = Field(description=_MUTATIONS_DESCRIPTION)
+    mutations: InParts(DynamicMutation) = Field(description=_MUTATIONS_DESCRIPTION)
 
 
 # -- results --------------------------------------------------------------------------------
@@ -638,7 +668,7 @@ _PLAN_CANDIDATES = "compact candidates (bundles with their target nodes), as the
 class PlanParams(ClusterParams):
     """Params of ``plan_rebalance``: a dry run of the HA manager's rebalancing, round after round."""
 
-    candidates: list[CompactCandidate] = Field(description=_PLAN_CANDIDATES)
+    candidates: InParts(CompactCandidate) = Field(description=_PLAN_CANDIDATES)
     method: Method = "bruteforce"
     imbalance: Formula | None = _IMBALANCE
     threshold: Fraction = Field(default=HA_THRESHOLD, description=_THRESHOLD)
@@ -651,7 +681,7 @@ class SchedulerPlanParams(SchedulerParams):
     """``scheduler.plan_rebalance``: :class:`PlanParams` on a live scheduler (its own formula);
     positional ``[handle, candidates, method, threshold, margin, max_steps, allow_repeat]``."""
 
-    candidates: list[CompactCandidate] = Field(description=_PLAN_CANDIDATES)
+    candidates: InParts(CompactCandidate) = Field(description=_PLAN_CANDIDATES)
     method: Method = "bruteforce"
     threshold: Fraction = Field(default=HA_THRESHOLD, description=_THRESHOLD)
     margin: Fraction = Field(default=HA_MARGIN, description=_MARGIN)
