@@ -114,8 +114,8 @@ def check_call_sizes(params: Mapping[str, Any], limits: ServerLimits) -> None:
     list lengths only, before the params are validated entry by entry."""
     usage = params.get("usage")
     if type(usage) is dict:
-        _at_most(usage.get("nodes"), "usage.nodes", "nodes", "max_nodes", limits.max_nodes)
-        _at_most(usage.get("resources"), "usage.resources", "resources", "max_resources", limits.max_resources)
+        _at_most(_length(usage.get("nodes")), "usage.nodes", "nodes", "max_nodes", limits.max_nodes)
+        _at_most(_length(usage.get("resources")), "usage.resources", "resources", "max_resources", limits.max_resources)
     candidates = params.get("candidates")
     if type(candidates) is CandidateColumns:  # decoded by bridge.fastdecode
         _at_most(len(candidates), "candidates", "expanded candidates", "max_candidates", limits.max_candidates)
@@ -144,8 +144,12 @@ def candidate_counts(candidates: list | CompactColumns) -> tuple[int, int]:
     return expanded, members
 
 
-def _at_most(value: Any, loc: str, what: str, name: str, limit: int) -> None:
-    count = len(value) if type(value) is list else value if type(value) is int else 0
+def _length(value: Any) -> int:
+    # Anything but a list is the models' to refuse, whatever its value.
+    return len(value) if type(value) is list else 0
+
+
+def _at_most(count: int, loc: str, what: str, name: str, limit: int) -> None:
     if count > limit:
         raise ParamsError([(loc, f"{count} {what} exceed the limit of {limit} per call ({how_to_raise(name)})")])
 

@@ -682,6 +682,12 @@ CASES = [
         INVALID_PARAMS,
         ("usage.nodes", "51 nodes exceed the limit of 50", "--max-nodes"),
     ),
+    Case(  # a count is no list, however big (found in review: read as a count of nodes)
+        "nodes-as-a-big-number",
+        call("calculate_node_imbalance", {"usage": {"mode": "static", "nodes": 200_000}}),
+        INVALID_PARAMS,
+        ("usage.nodes", "Input should be a valid list"),
+    ),
     Case(
         "too-many-resources",
         call(
@@ -896,3 +902,28 @@ def test_100_mb_message_over_the_limit_is_skipped_without_being_held(framing):
         assert client.call("bridge.info")["limits"]["max_message_bytes"] == 1 << 20  # the stream goes on
         if os.path.exists(f"/proc/{client.process.pid}/status"):
             assert peak_rss_bytes(client.process.pid) < HUNDRED_MB  # never held the message
+
+
+def test_a_long_list_reports_the_errors_of_its_first_part_with_errors():
+    """A list is checked 1000 entries at a time: the errors are those of the first part with any,
+    indexed in the whole list (found in review: a million bad entries took gigabytes to refuse)."""
+    node = {"name": "a", "maxcpu": 4, "maxmem": GiB}
+    service = {"sid": "vm:0", "stats": {"maxcpu": 1, "maxmem": 1}, "running": True, "current-node": "a"}
+    resources = [{**service, "sid": f"vm:{i}"} for i in range(2500)]
+    del resources[1500]["running"], resources[2400]["running"]
+    usage = {"mode": "static", "nodes": [node], "resources": resources}
+    with BridgeClient() as client:
+        error = client.request("calculate_node_imbalance", {"usage": usage})["error"]
+        assert error["data"]["errors"] == [{"loc": "usage.resources[1500].running", "msg": "Field required"}]
+        empty = b"[" + b",".join([b"{}"] * 200_000) + b"]"
+        client.send_raw(
+            b'{"jsonrpc": "2.0", "id": 2, "method": "score_best_balancing_migrations", "params": '
+            b'{"usage": {"mode": "static", "nodes": []}, "limit": 1, "candidates": ' + empty + b"}}"
+        )
+        data = client.read()["error"]["data"]
+        assert data["errors"][:3] == [
+            {"loc": f"candidates[0].{field}", "msg": "Field required"} for field in ("leader", "nodes", "resources")
+        ]
+        assert len(data["errors"]) + data["omitted"] == 3 * 1000  # the first part's, not 600,000
+        if os.path.exists(f"/proc/{client.process.pid}/status"):
+            assert peak_rss_bytes(client.process.pid) < 1 << 30
