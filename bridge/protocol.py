@@ -82,6 +82,25 @@ def request_problem(request: Any) -> str | None:
     return None
 
 
+def _has_float_id(decoded: Any) -> bool:
+    """Whether a request of ``decoded`` (a request or a batch) has a float ``id``."""
+    requests = decoded if type(decoded) is list else (decoded,)
+    return any(type(request) is dict and type(request.get("id")) is float for request in requests)
+
+
+def _with_exact_integers(message: bytes, decoded: Any) -> Any:
+    """``message`` decoded by the json module, which keeps integers beyond 64 bits that orjson
+    reads as floats: an ``id`` must come back as it was sent. Rare (ids are rarely floats), and
+    the same value otherwise; ``decoded`` if the json module cannot read it (nesting too deep
+    for its recursion)."""
+    import json
+
+    try:
+        return json.loads(message)
+    except (ValueError, RecursionError):
+        return decoded
+
+
 def _json_type(value: Any) -> str:
     if value is None:
         return "null"
@@ -157,6 +176,8 @@ class Protocol:
             except TooDeep as exc:
                 problem = f"JSON nested deeper than the limit of {exc} levels ({how_to_raise('max_json_depth')})"
                 return self.encode(error_response(INVALID_REQUEST, f"Invalid request: {problem}"))
+        if _has_float_id(decoded):
+            decoded = _with_exact_integers(message, decoded)
         phases.mark("decode")
         self._decoded = decoded
         if isinstance(decoded, list):

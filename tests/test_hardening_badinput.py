@@ -780,11 +780,16 @@ def test_huge_limit_allocates_nothing_and_returns_all(bridge, handles):
         assert len(bridge.read()["result"]) == 2
 
 
-def test_integer_id_beyond_64_bits_still_gets_a_valid_response(bridge):
+def test_integer_id_beyond_64_bits_comes_back_as_sent(bridge):
+    """JSON-RPC: the response's id is the request's (orjson alone reads such an integer as a float)."""
     bridge.send_raw(b'{"jsonrpc": "2.0", "id": 123456789012345678901234567890, "method": "bridge.info"}')
-    answer = bridge.read()
-    assert answer["jsonrpc"] == "2.0" and answer["result"]["name"] == "crs-bridge"
-    assert answer["id"] == pytest.approx(123456789012345678901234567890)  # a double: orjson's reading
+    answer = json.loads(bridge.read_raw()[1])
+    assert answer["result"]["name"] == "crs-bridge" and answer["id"] == 123456789012345678901234567890
+    bridge.send_raw(
+        b'[{"jsonrpc": "2.0", "id": -9223372036854775809, "method": "bridge.nope"}, '
+        b'{"jsonrpc": "2.0", "id": 2.5, "method": "bridge.info"}]'
+    )
+    assert [answer["id"] for answer in json.loads(bridge.read_raw()[1])] == [-9223372036854775809, 2.5]
 
 
 def nest(depth: int) -> bytes:
