@@ -509,15 +509,20 @@ def tiny_load_clusters(draw) -> tuple[list[tuple[str, NodeStats]], list[tuple[Mi
     return nodes, candidates
 
 
-@given(tiny_load_clusters(), st.sampled_from(["normalized", "raw"]))
-def test_bruteforce_on_tiny_loads_matches_reference(cluster, formula):
-    nodes, candidates = cluster
+def assert_bruteforce_matches_reference(nodes, candidates, formula: str, threshold: float) -> None:
+    """The engine's top 3 by bruteforce, and its selection with ``threshold``, are the reference's."""
     view = NodeView.from_stats([name for name, _ in nodes], [stats for _, stats in nodes])
     batch = batch_from_candidates(view, [MigrationCandidate(m, stats) for m, stats in candidates])
     best = core.scheduler.score_migrations(batch, 3, "bruteforce", formula)
     assert scored_bits(best) == scored_bits(ref.bruteforce(nodes, candidates, 3, formula))
-    chosen = core.scheduler.select_best_migration(batch, "bruteforce", formula, 0.0)
-    assert scored_bits([chosen]) == scored_bits([ref.select_best(nodes, candidates, formula, 0.0)])
+    chosen = core.scheduler.select_best_migration(batch, "bruteforce", formula, threshold)
+    assert scored_bits([chosen]) == scored_bits([ref.select_best(nodes, candidates, formula, threshold)])
+
+
+@given(tiny_load_clusters(), st.sampled_from(["normalized", "raw"]))
+def test_bruteforce_on_tiny_loads_matches_reference(cluster, formula):
+    nodes, candidates = cluster
+    assert_bruteforce_matches_reference(nodes, candidates, formula, 0.0)
 
 
 def _near_tie_cases() -> list[tuple[list[tuple[str, NodeStats]], list[tuple[Migration, ResourceStats]]]]:
@@ -546,10 +551,5 @@ def _near_tie_cases() -> list[tuple[list[tuple[str, NodeStats]], list[tuple[Migr
 @pytest.mark.parametrize("formula", ["normalized", "raw"])
 def test_bruteforce_on_near_ties_of_small_moves_matches_reference(cluster, formula):
     nodes, candidates = cluster
-    view = NodeView.from_stats([name for name, _ in nodes], [stats for _, stats in nodes])
-    batch = batch_from_candidates(view, [MigrationCandidate(m, stats) for m, stats in candidates])
-    best = core.scheduler.score_migrations(batch, 3, "bruteforce", formula)
-    assert scored_bits(best) == scored_bits(ref.bruteforce(nodes, candidates, 3, formula))
     first = ref.migration_imbalance(nodes, candidates[0], formula)  # a threshold the first row just meets
-    chosen = core.scheduler.select_best_migration(batch, "bruteforce", formula, first)
-    assert scored_bits([chosen]) == scored_bits([ref.select_best(nodes, candidates, formula, first)])
+    assert_bruteforce_matches_reference(nodes, candidates, formula, first)
