@@ -172,9 +172,7 @@ def _margins(n: int, magnitude, load_sum, squares_size, total_size, shift_size):
     ``shift_size`` and shrink with ``total_size`` (arrays or numbers)."""
     mean_err = 4 * (n + 4) * _U * load_sum / n
     err = (
-        4 * (n + 64) * _U * magnitude
-        + 4 * (n + 8) * _U * squares_size
-        + 4 * n * (shift_size + 2 * mean_err) * mean_err
+        4 * (n + 64) * _U * magnitude + 4 * (n + 8) * _U * squares_size + 4 * n * (shift_size + 2 * mean_err) * mean_err
     )
     rel = 8 * (n + 8) * _U + 4 * (n + 4) * _U * load_sum / np.maximum(total_size, 1e-300)
     return err, rel
