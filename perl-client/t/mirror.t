@@ -15,9 +15,9 @@ use CRSBridge::Mirror;
 my $m = CRSBridge::Mirror->new;
 $m->add_node($_) for qw(A B C);
 is(error_of { $m->add_node('B') }, "node 'B' already exists\n", 'duplicate node');
-$m->add_resource('vm:1', 'A');
-$m->add_resource('vm:2', 'A', 'B');
-$m->add_resource('vm:3', 'B', 'A');
+$m->add_resource('vm:1', 'A', undef, 1);
+$m->add_resource('vm:2', 'A', 'B', 1);
+$m->add_resource('vm:3', 'B', 'A', 1);
 is(error_of { $m->add_resource('vm:1', 'B') }, "resource 'vm:1' already exists\n", 'duplicate sid first');
 is(error_of { $m->add_resource('vm:4', 'Z') }, "current node for resource 'vm:4' does not exist\n", 'unknown node');
 is(error_of { $m->add_resource('vm:4', 'Z', 'Z') }, "resource 'vm:4' has the same current and target node\n",
@@ -39,5 +39,18 @@ ok(!$m->remove_resource('vm:3'), 'remove unknown');
 ok($m->remove_node('C'), 'remove the target of a moving resource');
 is(error_of { $m->legacy_add('C', 'vm:2') }, "nodes for resource 'vm:2' do not exist\n",
     'vm:2 is back to stationary on B');
+
+# Memory near the server's limit (2**62 - 1 bytes per node): such adds go as single calls.
+my $big = CRSBridge::Mirror->new;
+$big->add_node('A', 2**59);
+$big->add_node('B');
+ok(!$big->memory_risk(2**60), 'far from the limit');
+$big->add_resource('vm:1', 'A', undef, 2**60);
+ok(!$big->memory_risk(2**58), 'under half the limit, with all nodes and resources together');
+ok($big->memory_risk(2**59), 'half the limit: the server decides');
+$big->remove_resource('vm:1');
+ok($big->memory_risk(2**59), 'removals are not subtracted: a bound, not a count');
+is(error_of { $big->legacy_add('B', 'vm:2', 2**59) }, '', 'a legacy add counts too');
+ok($big->memory_risk(0), '... so even nothing more is a risk now');
 
 done_testing();

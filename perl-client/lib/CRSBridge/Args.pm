@@ -96,7 +96,7 @@ sub _unexpected {
     return 'other' if $ref;
     if (!_string_only($_[0]) && _plain_number($_[0])) {
         my $class = ref B::svref_2object(\$_[0]);
-        return "integer `" . int($v) . "`" if $class eq 'B::IV';
+        return "integer `" . int($v) . "`" if $class eq 'B::IV' || $class eq 'B::PVIV';    # PVIV: see arg_string_list
         return 'floating point `' . _rust_float($v) . '`';
     }
     (my $quoted = "$v") =~ s/(["\\])/\\$1/g;
@@ -169,12 +169,22 @@ integer or floating point number, undef, or a hash or array reference dies with 
 =cut
 
 sub arg_string {
-    return "$_[0]" if !ref $_[0] && defined $_[0] && !_plain_number($_[0]);
+    return _unicode("$_[0]") if !ref $_[0] && defined $_[0] && !_plain_number($_[0]);
     return arg_string(${ $_[0] }) if _scalar_ref($_[0]);
     _type_error('a string', $_[0]) if !defined $_[0] || ref $_[0];
     my $class = ref B::svref_2object(\$_[0]);
     _type_error('a string', $_[0]) if $class eq 'B::IV' || $class eq 'B::NV';
-    return "$_[0]";
+    return _unicode("$_[0]");
+}
+
+# The string, if UTF-8 can carry it: a character that is no Unicode scalar value (a surrogate,
+# or a code point past U+10FFFF, which only strings with Perl's UTF-8 flag hold) would make the
+# whole message the string goes in unreadable to the server, other objects' buffered calls
+# with it; refused here, at the call that brings it.
+sub _unicode {
+    return $_[0] if !utf8::is_utf8($_[0]) || $_[0] !~ /([\x{D800}-\x{DFFF}]|[^\x{0}-\x{10FFFF}])/;
+    die sprintf("error: invalid value: a string holding U+%04X, which is no Unicode character, expected a string\n",
+        ord $1);
 }
 
 =head2 arg_opt_string($value)
@@ -243,7 +253,11 @@ sub missing_field {
 =head2 arg_string_list($value)
 
 A C<Vec<String>>: an array reference of strings. Returns a new array reference of the
-stringified elements.
+stringified elements. An element created as a number is refused as upstream refuses a pure
+integer or float, even if it has a string body by now: the client's own C<join> of a name list
+(CRSBridge::Records, a lookup that must not cost a check per element) gives numbers one. The
+price: a number the caller had stringified itself, which upstream takes as a string, is
+refused too (perl >= 5.36; before, such elements pass as strings).
 
 =cut
 
@@ -253,7 +267,8 @@ sub arg_string_list {
     _type_error('a sequence', $value) if (ref $value ? Scalar::Util::reftype($value) : '') ne 'ARRAY';
     my @out;
     for (@$value) {
-        push @out, (!ref $_ && defined $_ && !_plain_number($_)) ? "$_" : arg_string($_);
+        _type_error('a string', $_) if _plain_number($_);
+        push @out, (!ref $_ && defined $_ && !utf8::is_utf8($_)) ? "$_" : arg_string($_);
     }
     return \@out;
 }

@@ -33,9 +33,26 @@ sub new {
     # resource: a string, no array per guest) or [current, target] (a moving one). No index of
     # each node's resources: only remove_node needs one, and it is rare, while adds are many.
     # CRSBridge::Scheduler's add fast path records a new stationary resource on a known node in
-    # res itself, as add_resource would (a method call per guest is too dear there).
-    return bless { order => [], nodes => {}, res => {} }, $class;
+    # res and bound itself, as add_resource would (a method call per guest is too dear there).
+    # bound: bytes that no node's memory, as the server counts it against its limit, can exceed:
+    # the memory in use of every node added plus the maxmem of every resource added (each
+    # counts once even where it counts on two nodes); it only grows (see memory_risk).
+    return bless { order => [], nodes => {}, res => {}, bound => 0 }, $class;
 }
+
+=item memory_risk($maxmem)
+
+Whether adding a resource of C<$maxmem> bytes might take a node past the server's limit on
+a node's memory (2**62 - 1 bytes): the caller then sends the add as a single call, so that
+the server decides and its refusal reaches the caller, not a later call. The bound is loose
+(half the limit, all nodes and resources together, removals not subtracted: an HA round's
+cluster stays far below it) since the server has the exact count.
+
+=cut
+
+use constant MEMORY_RISK => 2**61;
+
+sub memory_risk { return $_[0]{bound} + $_[1] >= MEMORY_RISK }
 
 =item node_names() / has_node($name)
 
@@ -55,16 +72,18 @@ Whether a resource exists.
 
 sub has_resource { return exists $_[0]{res}{ $_[1] } }
 
-=item add_node($name)
+=item add_node($name, $mem)
 
-Dies with C<node '<name>' already exists>.
+Dies with C<node '<name>' already exists>. C<$mem>: the node's memory in use (bytes; 0 for a
+static node).
 
 =cut
 
 sub add_node {
-    my ($self, $name) = @_;
+    my ($self, $name, $mem) = @_;
     die "node '$name' already exists\n" if exists $self->{nodes}{$name};
     $self->{nodes}{$name} = 1;
+    $self->{bound} += $mem // 0;
     push @{ $self->{order} }, $name;
     return;
 }
@@ -119,22 +138,25 @@ sub _check_placement {
     return;
 }
 
-=item add_resource($sid, $current, $target)
+=item add_resource($sid, $current, $target, $maxmem)
 
-Checks (C<check_resource>) and records the placement (C<$target> undef: stationary).
+Checks (C<check_resource>) and records the placement (C<$target> undef: stationary) and the
+resource's C<$maxmem> bytes.
 
 =cut
 
 sub add_resource {
-    my ($self, $sid, $current, $target) = @_;
+    my ($self, $sid, $current, $target, $maxmem) = @_;
     my $nodes = $self->{nodes};
     if (!defined $target && exists $nodes->{$current} && !exists $self->{res}{$sid}) {
         # The common case, checked inline.
         $self->{res}{$sid} = $current;
+        $self->{bound} += $maxmem;
         return;
     }
     $self->check_resource($sid, $current, $target);
     $self->{res}{$sid} = defined $target ? [ $current, $target ] : $current;
+    $self->{bound} += $maxmem;
     return;
 }
 
@@ -147,23 +169,23 @@ sub remove_resource {
     return defined(delete $self->{res}{$sid}) ? 1 : 0;
 }
 
-=item legacy_add($node, $sid)
+=item legacy_add($node, $sid, $maxmem)
 
-Static's C<add_service_usage_to_node>: an unknown sid is added stationary on C<$node>; a
-stationary one starts moving to C<$node>; a moving one dies with C<resource '<sid>' is already
-moving to target node '<target>'>.
+Static's C<add_service_usage_to_node>: an unknown sid is added stationary on C<$node> with
+C<$maxmem> bytes; a stationary one starts moving to C<$node> (with its own maxmem, counted in
+the bound already); a moving one dies with C<resource '<sid>' is already moving to target node
+'<target>'>.
 
 =cut
 
 sub legacy_add {
-    my ($self, $node, $sid) = @_;
-    return $self->add_resource($sid, $node) if !exists $self->{res}{$sid};
+    my ($self, $node, $sid, $maxmem) = @_;
+    return $self->add_resource($sid, $node, undef, $maxmem) if !exists $self->{res}{$sid};
     my $placement = $self->{res}{$sid};
     die "resource '$sid' is already moving to target node '$placement->[1]'\n" if ref $placement;
     my $current = $placement;
     $self->_check_placement($sid, $current, $node);
-    $self->remove_resource($sid);
-    $self->add_resource($sid, $current, $node);
+    $self->{res}{$sid} = [ $current, $node ];
     return;
 }
 

@@ -7,8 +7,9 @@ package CRSBridge::Records;
 # which also produce upstream's error messages. A whole argument is decoded before any value is
 # checked against crs-bridge's bounds, as upstream reports decoding errors only.
 #
-# A plain name is a string (not a number, not a reference), not empty, needing no JSON escapes:
-# arg_string accepts it as it is, and it is rendered as "$name".
+# A plain name is a string (not a number, not a reference), not empty, needing no JSON escapes,
+# without Perl's UTF-8 flag (so without characters UTF-8 cannot carry): arg_string accepts it as
+# it is, and it is rendered as "$name".
 
 use strict;
 use warnings;
@@ -67,7 +68,7 @@ sub dynamic_stats_param {
 =item node_stats_param($value, $where)
 
 A dynamic node's C<{cpu, maxcpu, mem, maxmem}> (C<maxcpu> an integer; capacities must be
-positive) -> C<($json, $refused)>.
+positive) -> C<($json, $refused, \%decoded_stats)>.
 
 =cut
 
@@ -78,7 +79,7 @@ sub node_stats_param {
 =item resource_param($value, $mode, $where)
 
 C<{stats, running, 'current-node', 'target-node'}> with static (C<$mode> 'static') or dynamic
-stats -> C<($json, $refused, $current_node, $target_node_or_undef)>. (The adds' common case
+stats -> C<($json, $refused, $current_node, $target_node_or_undef, $maxmem)>. (The adds' common case
 does not come here: L<CRSBridge::Scheduler> renders it itself, as this would.)
 
 =cut
@@ -89,7 +90,7 @@ sub resource_param {
     my ($stats, $refused) = stats_json($r->{stats}, "$where.stats");
     my ($current, $target) = @$r{qw(current target)};
     $refused ||= $current eq '' || (defined $target && $target eq '');
-    return (_resource_json($stats, $r->{running}, $current, $target), $refused, $current, $target);
+    return (_resource_json($stats, $r->{running}, $current, $target), $refused, $current, $target, $r->{stats}{maxmem});
 }
 
 sub _resource_json {
@@ -139,7 +140,9 @@ sub candidates_param {
             last FAST if !defined $r;
             my $n = $lists{ join("\0", @$nodes) } // _names_fast($nodes, \%lists);
             last FAST if !defined $n;
-            $json .= qq({"leader":"$leader","resources":$r,"nodes":$n},);
+            my $rendered = qq({"leader":"$leader","resources":$r,"nodes":$n},);
+            last FAST if utf8::is_utf8($rendered);    # names past Latin-1: arg_string checks them
+            $json .= $rendered;
             next CANDIDATE;
         }
         $json .= _candidate_exact($c) . ',';
@@ -153,11 +156,12 @@ sub _scalar_ref { return ref $_[0] eq 'SCALAR' || ref $_[0] eq 'REF' }
 
 # A list of names that are plain strings needing no escapes, rendered by one join; undef when
 # an element might be something else. Numbers stringify to something starting with a digit, a
-# sign or a dot, references to "...(0x...)", undef to an empty element; such lists (and names
-# that merely look like that) take the exact path. (Inf and NaN pass as the names "Inf" and
-# "NaN", which the server then reports as unknown.) With \%seen, lists already rendered are
-# looked up by their join (the verdict depends on nothing else): the HA manager's candidates
-# repeat the same few target lists.
+# sign or a dot (the join gives them a string body, which arg_string_list sees through),
+# references to "...(0x...)", undef to an empty element; such lists (and names that merely look
+# like that) take the exact path. (Inf and NaN pass as the names "Inf" and "NaN", which the
+# server then reports as unknown.) With \%seen, lists already rendered are looked up by their
+# join (the verdict depends on nothing else): the HA manager's candidates repeat the same few
+# target lists.
 sub _names_fast {
     my ($list, $seen) = @_;
     return '[]' if !@$list;
@@ -276,7 +280,7 @@ sub stats_json {
         $json .= ',"mem":' . json_int($s->{mem});
     }
     $refused ||= out_of_bounds_bytes($s->{maxmem}, $node);
-    return ($json . ',"maxmem":' . json_int($s->{maxmem}) . '}', $refused);
+    return ($json . ',"maxmem":' . json_int($s->{maxmem}) . '}', $refused, $s);
 }
 
 =back

@@ -105,8 +105,9 @@ sub _mutate {
 # (perl-client/t/fast-path.t holds the two together); a new stationary resource on a known node
 # is recorded in the mirror as Mirror::add_resource records it (any other placement goes through
 # that method, and its errors), and journaled as Connection::journal journals it. Any other
-# sid or resource is decoded exactly and goes through _mutate (a value the server refuses is sent
-# as a single call, for its message), so decoding errors come from one place.
+# sid or resource is decoded exactly and goes through _mutate (a value the server refuses, or a
+# node's memory near its limit (Mirror::memory_risk), is sent as a single call, for the server's
+# message), so decoding errors come from one place.
 sub _resource_adder {
     my ($method, $param) = @_;
     return sub {
@@ -122,16 +123,18 @@ sub _resource_adder {
                 || $current =~ tr/\x00-\x1f"\\//
                 || defined $target
                 && (ref $target || plain_number($target) || $target eq '' || $target =~ tr/\x00-\x1f"\\//);
-            my $stats;
+            my ($stats, $maxmem);
             if ($st->{mode} eq 'static') {
-                my ($maxcpu, $maxmem) = @$s{qw(maxcpu maxmem)};
+                my $maxcpu;
+                ($maxcpu, $maxmem) = @$s{qw(maxcpu maxmem)};
                 # NaN fails the comparisons.
                 last FAST if !plain_number($maxcpu) || !plain_number($maxmem)
                     || !($maxcpu >= 0 && $maxcpu <= MAX_CORES && $maxmem >= 0 && $maxmem <= MAX_BYTES);
                 $stats = '{"maxcpu":' . ($maxcpu == int($maxcpu) ? int($maxcpu) : json_num($maxcpu))
                     . ',"maxmem":' . int($maxmem) . '}';
             } else {
-                my ($cpu, $maxcpu, $mem, $maxmem) = @$s{qw(cpu maxcpu mem maxmem)};
+                my ($cpu, $maxcpu, $mem);
+                ($cpu, $maxcpu, $mem, $maxmem) = @$s{qw(cpu maxcpu mem maxmem)};
                 last FAST
                     if !plain_number($cpu) || !plain_number($maxcpu) || !plain_number($mem) || !plain_number($maxmem)
                     || !($cpu >= 0 && $cpu <= MAX_CORES && $maxcpu >= 0 && $maxcpu <= MAX_CORES)
@@ -140,16 +143,21 @@ sub _resource_adder {
                     . ',"maxcpu":' . ($maxcpu == int($maxcpu) ? int($maxcpu) : json_num($maxcpu))
                     . ',"mem":' . int($mem) . ',"maxmem":' . int($maxmem) . '}';
             }
+            my $entry = qq(["$method","$sid",{"stats":$stats,"running":) . ($running ? 'true' : 'false')
+                . qq(,"current-node":"$current") . (defined $target ? qq(,"target-node":"$target"}]) : '}]');
+            # Names with characters past Latin-1 (one test for all three): arg_string checks them.
+            last FAST if utf8::is_utf8($entry);
             my $m = $st->{mirror};
-            my $moving = '';
+            $maxmem = int($maxmem);
+            my $bound = $m->{bound} + $maxmem;
+            # A node's memory might near the server's limit: the exact path sends the add as a call.
+            last FAST if $bound >= CRSBridge::Mirror::MEMORY_RISK;
             if (defined $target || !exists $m->{nodes}{$current} || exists $m->{res}{$sid}) {
-                $m->add_resource($sid, $current, $target);    # dies with upstream's message
-                $moving = qq(,"target-node":"$target") if defined $target;
+                $m->add_resource($sid, $current, $target, $maxmem);    # dies with upstream's message
             } else {
                 $m->{res}{$sid} = $current;
+                $m->{bound} = $bound;
             }
-            my $entry = qq(["$method","$sid",{"stats":$stats,"running":)
-                . ($running ? 'true' : 'false') . qq(,"current-node":"$current"$moving}]);
             # Connection::journal's common case, written out (see there).
             my $jf = $st->{jf};
             if ($st->{sent} < @$jf && $CRSBridge::Connection::PENDING < CRSBridge::Connection::CHUNK - 1) {
@@ -161,9 +169,9 @@ sub _resource_adder {
             return;
         }
         my $sid = arg_string($_[1]);
-        my ($json, $refused, $current, $target) = resource_param($_[2], $st->{mode}, $param);
-        _mutate($st, $method, json_str($sid) . ",$json", $refused || $sid eq '',
-            add_resource => $sid, $current, $target);
+        my ($json, $refused, $current, $target, $maxmem) = resource_param($_[2], $st->{mode}, $param);
+        $refused ||= $sid eq '' || $st->{mirror}->memory_risk($maxmem);
+        _mutate($st, $method, json_str($sid) . ",$json", $refused, add_resource => $sid, $current, $target, $maxmem);
         return;
     };
 }

@@ -66,9 +66,9 @@ sub add_node {
     check_arity('add_node', \@_, qw(this nodename stats)) if @_ != 3;
     my $st = CRSBridge::Scheduler::_state($_[0]);
     my $name = arg_string($_[1]);
-    my ($json, $refused) = node_stats_param($_[2], 'stats');
+    my ($json, $refused, $stats) = node_stats_param($_[2], 'stats');
     CRSBridge::Scheduler::_mutate($st, 'add_node', json_str($name) . ',' . $json,
-        $refused || $name eq '', add_node => $name);
+        $refused || $name eq '', add_node => $name, $stats->{mem});
     return;
 }
 
