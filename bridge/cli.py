@@ -105,7 +105,7 @@ def _limits(args: argparse.Namespace) -> ServerLimits:
 def _call(args: argparse.Namespace) -> int:
     try:
         params = _read_params(args.params)
-    except (OSError, orjson.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, or (UnicodeDecodeError) not UTF-8
         print(f"crs-bridge call: cannot read PARAMS: {exc}", file=sys.stderr)
         return EXIT_USAGE
     status, result = _remote_call(args.method, params, args.trace)
@@ -169,7 +169,8 @@ def _print_error(error: dict) -> None:
 #: Keys of a cluster file that belong to the single-move methods, not to plan/explain (explain
 #: takes ``--limit`` instead: a file's ``limit`` is for scoring, explain shows one HA decision).
 _SCORING_ONLY = ("limit", "imbalance_threshold")
-#: An option not given on the command line (for options where None means 'no check').
+#: The default of every plan/explain option: not given on the command line. None is a given value
+#: ('none': no limit, no check) and overrides the file's option like any other.
 _UNSET = object()
 
 
@@ -178,10 +179,16 @@ def _add_plan_commands(commands: Any) -> None:
         "plan", help="dry-run the HA manager's rebalancing: the moves it would make, round after round"
     )
     _cluster_options(plan)
-    plan.add_argument("--threshold", type=_number, help="act only above this imbalance (fraction; default 0.3)")
-    plan.add_argument("--margin", type=_number, help="least relative gain of a move (fraction; default 0.1)")
-    plan.add_argument("--max-steps", type=_count_or_none, help="at most N moves ('none': no limit; default 10)")
-    plan.add_argument("--allow-repeat", action="store_true", default=None, help="a bundle that moved may move again")
+    plan.add_argument(
+        "--threshold", type=_number, default=_UNSET, help="act only above this imbalance (fraction; default 0.3)"
+    )
+    plan.add_argument(
+        "--margin", type=_number, default=_UNSET, help="least relative gain of a move (fraction; default 0.1)"
+    )
+    plan.add_argument(
+        "--max-steps", type=_count_or_none, default=_UNSET, help="at most N moves ('none': no limit; default 10)"
+    )
+    plan.add_argument("--allow-repeat", action="store_true", default=_UNSET, help="a bundle that moved may move again")
     plan.set_defaults(run=_plan_command, rpc_method="plan_rebalance", kind="plan")
 
     explain = commands.add_parser("explain", help="why the scorer picks its move, the runner-up, or why nothing moves")
@@ -258,8 +265,7 @@ def _cluster_params(args: argparse.Namespace) -> dict:
     params = {key: value for key, value in cluster.items() if key not in _SCORING_ONLY}
     params.update({key: value for key in ("method", "imbalance") if (value := getattr(args, key)) is not None})
     if args.kind == "plan":
-        options = ("threshold", "margin", "max_steps", "allow_repeat")
-        params.update({key: value for key in options if (value := getattr(args, key)) is not None})
+        _given_options(params, args, ("threshold", "margin", "max_steps", "allow_repeat"))
         return params
     from .models import HA_MARGIN, HA_THRESHOLD
 
@@ -267,9 +273,14 @@ def _cluster_params(args: argparse.Namespace) -> dict:
     # checks); '--threshold none' turns a check off.
     params.setdefault("threshold", HA_THRESHOLD)
     params.setdefault("margin", HA_MARGIN)
-    params.update({key: value for key in ("threshold", "margin") if (value := getattr(args, key)) is not _UNSET})
+    _given_options(params, args, ("threshold", "margin"))
     params["limit"] = args.limit
     return params
+
+
+def _given_options(params: dict, args: argparse.Namespace, options: Sequence[str]) -> None:
+    """Override ``params`` with the options given on the command line, None ('none') included."""
+    params.update({key: value for key in options if (value := getattr(args, key)) is not _UNSET})
 
 
 if __name__ == "__main__":

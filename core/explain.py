@@ -23,9 +23,8 @@ from .scheduler import (
     calculate_node_imbalance,
     check_limit,
     check_method,
-    exact_imbalances,
     score_bruteforce,
-    score_migrations,
+    scored_rows,
     topsis_criteria,
 )
 from .topsis import WEIGHTS, TopsisSolution, topsis_solve
@@ -243,8 +242,9 @@ def explain_batch(
         raise InvalidInputError("limit", "must be at least 1 to explain a choice")
     threshold, margin = check_fraction("threshold", threshold), check_fraction("margin", margin)
     current = cluster_load(batch.view, formula)
-    scored = score_migrations(batch, limit + 1, method, formula)
-    details, ideal = _details(batch, scored, current, method, formula)
+    rows, imbalances = scored_rows(batch, limit + 1, method, formula)
+    scored = [ScoredMigration(batch.migration(int(r)), float(v)) for r, v in zip(rows, imbalances)]
+    details, ideal = _details(batch, rows.tolist(), scored, current, method)
     best = None
     if scored:
         best = scored[0].imbalance if method == "bruteforce" else score_bruteforce(batch, 1, formula)[0].imbalance
@@ -313,36 +313,19 @@ def _message(
 
 
 def _details(
-    batch: CandidateBatch, scored: list[ScoredMigration], current: ClusterLoad, method: Method, formula: Formula
+    batch: CandidateBatch, rows: list[int], scored: list[ScoredMigration], current: ClusterLoad, method: Method
 ) -> tuple[list[MigrationDetail], TopsisIdeal | None]:
+    """The detail of each scored migration; ``rows``: the batch row the scorer ranked for each."""
     if not scored:
         return [], None
     w = what_if(batch)
     criteria = topsis_criteria(w) if method == "topsis" else None
     solution = topsis_solve(criteria) if criteria is not None else None
-    rows = _rows_of(w, scored, formula)
     details = [_detail(w, row, s, current, criteria, solution) for row, s in zip(rows, scored)]
     ideal = None
     if solution is not None:
         ideal = TopsisIdeal(tuple(WEIGHTS.tolist()), tuple(solution.best.tolist()), tuple(solution.worst.tolist()))
     return details, ideal
-
-
-def _rows_of(w: WhatIf, scored: list[ScoredMigration], formula: Formula) -> list[int]:
-    """The batch row behind each scored migration. Rows with the same migration can differ in
-    stats (a leader listed in two bundles), so the row must also give the scored imbalance."""
-    batch = w.batch
-    index = batch.view.index()
-    free = np.ones(len(batch), dtype=bool)
-    out = []
-    for s in scored:
-        m = s.migration
-        moves = np.flatnonzero((batch.src == index[m.source_node]) & (batch.tgt == index[m.target_node]) & free)
-        rows = np.array([r for r in moves.tolist() if batch.sids[batch.sid_index[r]] == m.sid], dtype=np.int64)
-        row = int(rows[np.flatnonzero(exact_imbalances(w, rows, formula) == s.imbalance)[0]])
-        free[row] = False
-        out.append(row)
-    return out
 
 
 def _detail(

@@ -31,6 +31,9 @@ _EXACT_ALL_BELOW = 64
 #: whole-batch ones are mmapped and page-faulted afresh on every call (half the time at 100k).
 _BOUND_BLOCK = 16384
 
+#: No candidate rows, and no imbalances.
+_NO_ROWS = (np.empty(0, dtype=np.int64), np.empty(0))
+
 #: Up to this many candidates, exact imbalances are computed one candidate at a time: the
 #: vectorised sums cost some 15 NumPy calls per node whatever the count (at 1024 nodes, 7 ms
 #: for the 10 rows a TOPSIS call asks for, against 1.5 ms one at a time).
@@ -129,14 +132,19 @@ def score_bruteforce(batch: CandidateBatch, limit: int, formula: Formula = "norm
     Ties in the truncated imbalance go by (sid, source node, target node). ``limit`` 0 gives
     [], a ``limit`` beyond the count gives all.
     """
+    return _scored(batch, *_bruteforce_rows(batch, limit, formula))
+
+
+def _bruteforce_rows(batch: CandidateBatch, limit: int, formula: Formula) -> tuple[np.ndarray, np.ndarray]:
+    """The rows :func:`score_bruteforce` returns, best first, and their truncated imbalances."""
     k = min(check_limit(limit), len(batch))
     if k == 0:
-        return []
+        return _NO_ROWS
     w = what_if(batch)
     rows = _contenders(w, k, formula)
     values = exact_imbalances(w, rows, formula)
     best = _ordered(batch, rows, values)[:k]
-    return _scored(batch, rows[best], values[best])
+    return rows[best], values[best]
 
 
 def topsis_order(w: WhatIf) -> np.ndarray:
@@ -180,12 +188,17 @@ def _max_with_two_replaced(
 def score_topsis(batch: CandidateBatch, limit: int, formula: Formula = "normalized") -> list[ScoredMigration]:
     """The first ``limit`` candidates in TOPSIS rank order, each with its truncated what-if
     imbalance (not re-sorted by it). Ties in score keep expansion order."""
+    return _scored(batch, *_topsis_rows(batch, limit, formula))
+
+
+def _topsis_rows(batch: CandidateBatch, limit: int, formula: Formula) -> tuple[np.ndarray, np.ndarray]:
+    """The rows :func:`score_topsis` returns, in rank order, and their truncated imbalances."""
     k = min(check_limit(limit), len(batch))
     if k == 0:
-        return []
+        return _NO_ROWS
     w = what_if(batch)
     rows = _best_first(topsis_scores(topsis_criteria(w)), k)
-    return _scored(batch, rows, exact_imbalances(w, rows, formula))
+    return rows, exact_imbalances(w, rows, formula)
 
 
 def _best_first(scores: np.ndarray, k: int) -> np.ndarray:
@@ -202,8 +215,17 @@ def score_migrations(
     batch: CandidateBatch, limit: int, method: Method = "bruteforce", formula: Formula = "normalized"
 ) -> list[ScoredMigration]:
     """Dispatch to :func:`score_bruteforce` or :func:`score_topsis`."""
-    scorer = score_topsis if check_method(method) == "topsis" else score_bruteforce
-    return scorer(batch, limit, formula)
+    return _scored(batch, *scored_rows(batch, limit, method, formula))
+
+
+def scored_rows(
+    batch: CandidateBatch, limit: int, method: Method = "bruteforce", formula: Formula = "normalized"
+) -> tuple[np.ndarray, np.ndarray]:
+    """The batch rows behind :func:`score_migrations`'s answer, in its order, and their truncated
+    imbalances. The row, not the migration, identifies a candidate: two bundles with the same
+    leader give the same migration but can move different resources."""
+    rows = _topsis_rows if check_method(method) == "topsis" else _bruteforce_rows
+    return rows(batch, limit, formula)
 
 
 def select_best_migration(

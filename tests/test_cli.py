@@ -93,6 +93,18 @@ def test_call_with_unreadable_params_is_a_usage_error():
     assert run("call", "bridge.info", "@examples/no-such-file.json").returncode == 2
 
 
+def test_call_with_a_params_file_that_is_not_utf8_is_a_usage_error(tmp_path):
+    """Like not JSON, or @- with the same bytes: one line on stderr and exit 2, no traceback."""
+    path = tmp_path / "bad.json"
+    path.write_bytes(b'{"usage": "\xff"}')
+    for params, stdin in ((f"@{path}", None), ("@-", path.read_bytes())):
+        done = run("call", "calculate_node_imbalance", params, stdin=stdin)
+        assert done.returncode == 2, done.stderr
+        assert done.stdout == b""
+        assert done.stderr.decode().startswith("crs-bridge call: cannot read PARAMS: ")
+        assert done.stderr.count(b"\n") == 1 and b"Traceback" not in done.stderr
+
+
 def test_serve_trace_file_records_requests_responses_and_durations(tmp_path):
     trace = tmp_path / "trace.log"
     done = run("serve", "--trace", str(trace), stdin=b'{"jsonrpc": "2.0", "id": 7, "method": "bridge.info"}\n')

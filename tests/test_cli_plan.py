@@ -77,6 +77,18 @@ def test_plan_flags_override_the_file(server):
     assert expected["stop-reason"] == "max-steps" and len(expected["steps"]) == 1
 
 
+def test_plan_max_steps_none_overrides_the_file(server):
+    """'--max-steps none' is null (no limit), not 'not given': the file's max_steps must not apply."""
+    cluster = json.dumps({**CLUSTER_PARAMS, "max_steps": 1})
+    done = run("plan", cluster, "--max-steps", "none", "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result == server.call("plan_rebalance", {**CLUSTER_PARAMS, "max_steps": None})
+    assert result["max-steps"] is None and len(result["steps"]) > 1 and result["stop-reason"] != "max-steps"
+    limited = json.loads(run("plan", cluster, "--json").stdout)  # without the flag, the file's limit
+    assert limited["max-steps"] == 1 and len(limited["steps"]) == 1
+
+
 def test_plan_invalid_option_is_the_server_error_naming_the_field():
     done = run("plan", CLUSTER, "--threshold", "-1")
     assert done.returncode == 1

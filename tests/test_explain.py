@@ -242,6 +242,52 @@ def test_same_migration_from_two_bundles_is_told_apart(method):
         assert truncate(ref.imbalance_of_loads(loads)) == d.imbalance
 
 
+def two_bundles_of_vm1() -> Cluster:
+    """vm:1 leads two bundles to node b, with vm:4 (memory) and with vm:3 (cpu): the same migration
+    and the same truncated imbalance, but different what-ifs; a third bundle moves vm:2 to c.
+    TOPSIS ranks the second bundle (row 1) first and the first (row 0) last."""
+    nodes = [("a", (6.0, 8, 8 * GiB)), ("b", (1.0, 8, 8 * GiB)), ("c", (1.0, 8, 20 * GiB))]
+    vms = [("vm:1", (0.0, 1, 0, 1 * GiB)), ("vm:3", (2.0, 4, 0, 8 * GiB)), ("vm:4", (0.0, 4, 8 * GiB, 8 * GiB))]
+    vms.append(("vm:2", (1.0, 4, 0, 8 * GiB)))
+    return Cluster(
+        "dynamic",
+        "normalized",
+        [(name, NodeStats(cpu, maxcpu, mem, 32 * GiB)) for name, (cpu, maxcpu, mem) in nodes],
+        [(sid, ResourceStats(*stats), True, "a", None) for sid, stats in vms],
+        [
+            CompactCandidate("vm:1", ("vm:1", "vm:4"), ("b",)),
+            CompactCandidate("vm:1", ("vm:1", "vm:3"), ("b",)),
+            CompactCandidate("vm:2", ("vm:2",), ("c",)),
+        ],
+    )
+
+
+@pytest.mark.parametrize("method", ["bruteforce", "topsis"])
+def test_each_detail_is_the_row_the_scorer_ranked(method):
+    """With two rows for one migration at the same imbalance, the details are the rows in the
+    scorer's own order (the reference's): TOPSIS scores descend; bruteforce breaks the tie by
+    (sid, source, target), where the equal rows keep expansion order."""
+    cluster = two_bundles_of_vm1()
+    e = explain_migrations(cluster.scheduler(), cluster.bundles, method, limit=2)
+    shown = [*e.chosen, e.runner_up]
+    view, candidates = cluster.reference_view(), ref.expand(cluster.reference(), cluster.bundles)
+    values = [ref.migration_imbalance(view, c, cluster.formula) for c in candidates]
+    assert values[0] == values[1]  # the two vm:1 rows tie
+    if method == "topsis":
+        scores = ref.topsis_candidate_scores(view, candidates)
+        order = ref.topsis_rank(scores)
+        assert order == [1, 2, 0]
+        assert [d.topsis.score for d in shown] == [scores[i] for i in order]
+    else:
+        order = [0, 1, 2]
+    assert [d.index for d in shown] == order
+    assert [(d.migration, d.imbalance) for d in shown] == [(candidates[i][0], truncate(values[i])) for i in order]
+    for d in shown:
+        after = dict(ref.what_if(view, *candidates[d.index]))
+        node = after[d.source.after.name]
+        assert (d.source.after.cpu, d.source.after.mem) == (ref.cpu_load(node), ref.mem_load(node))
+
+
 # -- why nothing moves -----------------------------------------------------------------------
 
 

@@ -21,7 +21,7 @@ from core.modes import DynamicScheduler, StaticScheduler
 from core.planner import plan_rebalance
 from core.stats import ZERO_RESOURCE, NodeStats, ResourceStats, add_running, remove_running
 from core.verdicts import MARGIN_NOT_REACHED, MAX_STEPS, NO_CANDIDATES, NO_IMPROVEMENT, STOP_REASONS, THRESHOLD_REACHED
-from tests.test_explain import HOMOGENEOUS, VM101_CANDIDATES, Cluster, GiB, clusters, figure_cluster
+from tests.test_explain import HOMOGENEOUS, VM101_CANDIDATES, Cluster, GiB, clusters, figure_cluster, two_bundles_of_vm1
 
 # -- replaying a plan by hand ----------------------------------------------------------------
 
@@ -190,6 +190,16 @@ def test_stop_when_no_candidate_is_left():
 def test_stop_when_every_move_would_worsen():
     plan = plan_rebalance(figure_cluster(HOMOGENEOUS), VM101_CANDIDATES, threshold=0.0, margin=0.0)
     assert (plan.steps, plan.stop_reason) == ((), NO_IMPROVEMENT)
+
+
+@pytest.mark.parametrize(("method", "resources"), [("topsis", ("vm:1", "vm:3")), ("bruteforce", ("vm:1", "vm:4"))])
+def test_the_bundle_moved_is_the_row_the_scorer_ranked(method, resources):
+    """vm:1 leads two bundles whose moves tie in imbalance: TOPSIS ranks the one with vm:3 first,
+    bruteforce takes the first listed (with vm:4); the plan moves that bundle."""
+    cluster = two_bundles_of_vm1()
+    plan = plan_rebalance(cluster.scheduler(), cluster.bundles, method, threshold=0, margin=0, max_steps=1)
+    assert [(step.migration.sid, step.resources) for step in plan.steps] == [("vm:1", resources)]
+    replay(cluster, plan)
 
 
 def test_static_move_checked_once_applied():

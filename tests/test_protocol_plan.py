@@ -263,6 +263,40 @@ def test_scheduling_errors_and_handles(bridge):
     bridge.call("scheduler.free", [handle])
 
 
+def test_topsis_moves_the_bundle_it_ranked_first_of_two_with_the_same_migration(rpc):
+    """vm:1 leads two bundles to b (with vm:4, with vm:3): one migration, one truncated imbalance,
+    two rows. Explain shows the rows by descending TOPSIS score, and the plan moves the bundle of
+    the first one; the same cluster with only that bundle gives the same step."""
+    gib = 1024**3
+    nodes = [("a", 6.0, 8), ("b", 1.0, 8), ("c", 1.0, 20)]
+    vms = [("vm:1", 0.0, 1, 0, 1), ("vm:3", 2.0, 4, 0, 8), ("vm:4", 0.0, 4, 8, 8), ("vm:2", 1.0, 4, 0, 8)]
+    usage = {
+        "mode": "dynamic",
+        "nodes": [{"name": n, "maxcpu": 8, "maxmem": 32 * gib, "cpu": cpu, "mem": mem * gib} for n, cpu, mem in nodes],
+        "resources": [
+            {"sid": sid, "stats": {"cpu": cpu, "maxcpu": maxcpu, "mem": mem * gib, "maxmem": maxmem * gib}}
+            | {"running": True, "current-node": "a"}
+            for sid, cpu, maxcpu, mem, maxmem in vms
+        ],
+    }
+    bundles = [
+        {"leader": "vm:1", "resources": ["vm:1", "vm:4"], "nodes": ["b"]},
+        {"leader": "vm:1", "resources": ["vm:1", "vm:3"], "nodes": ["b"]},
+        {"leader": "vm:2", "resources": ["vm:2"], "nodes": ["c"]},
+    ]
+    cluster = {"usage": usage, "candidates": bundles, "method": "topsis"}
+    explanation = rpc("explain_migrations", {**cluster, "limit": 2})
+    shown = [*explanation["chosen"], explanation["runner-up"]]
+    scores = [d["topsis"]["score"] for d in shown]
+    assert scores == sorted(scores, reverse=True) and scores[0] > scores[-1]
+    assert [d["candidate-index"] for d in shown] == [1, 2, 0]
+    assert [scored(d) for d in shown] == rpc("score_best_balancing_migrations", {**cluster, "limit": 3})
+    plan = rpc("plan_rebalance", {**cluster, "threshold": 0, "margin": 0, "max_steps": 1})
+    assert [step["resources"] for step in plan["steps"]] == [["vm:1", "vm:3"]]
+    alone = rpc("plan_rebalance", {**cluster, "candidates": bundles[1:2], "threshold": 0, "margin": 0, "max_steps": 1})
+    assert plan["steps"] == alone["steps"]
+
+
 # -- explain_migrations -------------------------------------------------------------------------
 
 
