@@ -168,13 +168,18 @@ def _open_bundles(
     usage: Usage, candidates: Sequence[CompactCandidate], moved: set[str], allow_repeat: bool
 ) -> list[CompactCandidate]:
     """The bundles still allowed to move. A bundle that moved is dropped, or with ``allow_repeat``
-    loses its new current node from its targets; the others go to the scorer as given, so their
-    validation errors are the scorer's."""
+    loses its new current node from its targets, unless its members are now on different nodes
+    (another bundle moved some of them), which HA's candidate generation skips
+    (``ha-manager.md`` 7.3); the others go to the scorer as given, so their validation errors are
+    the scorer's."""
     open_bundles = []
     for bundle in candidates:
         if moved.isdisjoint(bundle.resources):
             open_bundles.append(bundle)
         elif allow_repeat:
+            places = {getattr(usage.resource(sid), "current", None) for sid in bundle.resources}
+            if len(places) > 1:
+                continue
             here = usage.resource(bundle.leader).current
             targets = tuple(name for name in bundle.nodes if name != here)
             open_bundles.append(CompactCandidate(bundle.leader, tuple(bundle.resources), targets))

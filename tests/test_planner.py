@@ -244,6 +244,24 @@ def test_allow_repeat_moves_a_bundle_again():
     assert again.stop_reason == NO_IMPROVEMENT
 
 
+def test_allow_repeat_skips_a_bundle_whose_members_another_move_split():
+    """vm:101 is in two bundles: once the first moves, the second has members on two nodes, which
+    HA skips (ha-manager.md 7.3); the plan used to fail on it with the scorer's error."""
+    s = StaticScheduler()
+    for name, cores in (("n0", 8), ("n1", 8), ("n2", 8)):
+        s.add_node(name, cores, 32 * GiB)
+    for sid in ("vm:100", "vm:101", "vm:102"):
+        s.add_service(sid, ResourceStats.static(2.0, 8 * GiB), True, "n0")
+    bundles = [
+        CompactCandidate("vm:100", ("vm:100", "vm:101"), ("n1", "n2")),
+        CompactCandidate("vm:102", ("vm:102", "vm:101"), ("n1", "n2")),
+    ]
+    once = plan_rebalance(s, bundles, threshold=0.0, margin=0.0)
+    again = plan_rebalance(s, bundles, threshold=0.0, margin=0.0, allow_repeat=True)
+    assert moves(once)[:1] == moves(again)[:1] == [("vm:100", "n0", "n1")]
+    assert all(step.migration.sid == "vm:100" for step in again.steps)  # never the split bundle
+
+
 def test_copy_keeps_each_nodes_summing_order():
     """After a legacy add and a node removal, node1 sums its services as b, c, a; the plan's
     model of the cluster must sum them in that order too (0.2 + 0.3 + 0.1 != 0.1 + 0.2 + 0.3)."""
