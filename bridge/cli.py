@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 import math
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -124,7 +126,23 @@ def _read_params(text: str | None) -> Any:
         else:
             with open(source, encoding="utf-8") as file:
                 text = file.read()
-    return orjson.loads(text)
+    return _json_loads(text)
+
+
+def _json_loads(text: str | bytes) -> Any:
+    """JSON text as Python values; integers beyond 64 bits stay integers (orjson reads them as
+    floats, so a text that may hold one, a run of 20 digits, is read by the json module)."""
+    value = orjson.loads(text)
+    digits = re.search(rb"\d{20}" if isinstance(text, bytes) else r"\d{20}", text)
+    return value if digits is None else json.loads(text)
+
+
+def _json_dumps(value: Any, indent: bool = False) -> str:
+    """``value`` as JSON text; integers beyond 64 bits, which orjson cannot write, by the json module."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_INDENT_2 if indent else None).decode()
+    except TypeError:
+        return json.dumps(value, ensure_ascii=False, indent=2 if indent else None)
 
 
 def _remote_call(method: str, params: Any, trace: str | None) -> tuple[int, Any]:
@@ -133,7 +151,7 @@ def _remote_call(method: str, params: Any, trace: str | None) -> tuple[int, Any]
     request: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": method}
     if params is not None:
         request["params"] = params
-    response = _one_request(orjson.dumps(request), trace)
+    response = _one_request(_json_dumps(request).encode(), trace)
     if response is None:
         return EXIT_NO_ANSWER, None
     if "error" in response:
@@ -143,7 +161,7 @@ def _remote_call(method: str, params: Any, trace: str | None) -> tuple[int, Any]
 
 
 def _print_json(value: Any) -> None:
-    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
+    sys.stdout.write(_json_dumps(value, indent=True) + "\n")
 
 
 def _one_request(request: bytes, trace: str | None) -> dict | None:
@@ -155,13 +173,13 @@ def _one_request(request: bytes, trace: str | None) -> dict | None:
     if not lines:
         print(f"crs-bridge call: the server gave no answer (exit status {done.returncode})", file=sys.stderr)
         return None
-    return orjson.loads(lines[0])
+    return _json_loads(lines[0])
 
 
 def _print_error(error: dict) -> None:
     print(f"error {error.get('code')}: {error.get('message')}", file=sys.stderr)
     if "data" in error:
-        print(orjson.dumps(error["data"], option=orjson.OPT_INDENT_2).decode(), file=sys.stderr)
+        print(_json_dumps(error["data"], indent=True), file=sys.stderr)
 
 
 # -- plan and explain: readable views of plan_rebalance and explain_migrations ----------------

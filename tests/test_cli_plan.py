@@ -89,6 +89,15 @@ def test_plan_max_steps_none_overrides_the_file(server):
     assert limited["max-steps"] == 1 and len(limited["steps"]) == 1
 
 
+def test_plan_json_keeps_an_integer_beyond_64_bits():
+    """The server echoes max_steps 2**64 as it was sent; --json printed it as a float (found in review)."""
+    cluster = json.dumps({**CLUSTER_PARAMS, "max_steps": 2**64})
+    done = run("plan", cluster, "--json")
+    assert done.returncode == 0, done.stderr
+    assert '"max-steps": 18446744073709551616' in done.stdout
+    assert json.loads(done.stdout)["max-steps"] == 2**64
+
+
 def test_plan_invalid_option_is_the_server_error_naming_the_field():
     done = run("plan", CLUSTER, "--threshold", "-1")
     assert done.returncode == 1
