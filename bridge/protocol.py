@@ -84,8 +84,9 @@ def request_problem(request: Any) -> str | None:
 
 def _has_float_id(decoded: Any) -> bool:
     """Whether a request of ``decoded`` (a request or a batch) has a float ``id``."""
-    requests = decoded if type(decoded) is list else (decoded,)
-    return any(type(request) is dict and type(request.get("id")) is float for request in requests)
+    if type(decoded) is dict:  # the common case, checked once per message: no generator
+        return type(decoded.get("id")) is float
+    return type(decoded) is list and any(type(r) is dict and type(r.get("id")) is float for r in decoded)
 
 
 def _with_exact_integers(message: bytes, decoded: Any) -> Any:

@@ -24,6 +24,7 @@ from .scheduler import (
     check_limit,
     check_method,
     score_bruteforce,
+    scored_migrations,
     scored_rows,
     topsis_criteria,
 )
@@ -243,7 +244,7 @@ def explain_batch(
     threshold, margin = check_fraction("threshold", threshold), check_fraction("margin", margin)
     current = cluster_load(batch.view, formula)
     rows, imbalances = scored_rows(batch, limit + 1, method, formula)
-    scored = [ScoredMigration(batch.migration(int(r)), float(v)) for r, v in zip(rows, imbalances)]
+    scored = scored_migrations(batch, rows, imbalances)
     details, ideal = _details(batch, rows.tolist(), scored, current, method)
     best = None
     if scored:

@@ -89,7 +89,8 @@ def _ordered(batch: CandidateBatch, rows: np.ndarray, imbalances: np.ndarray) ->
     return np.lexsort((tgt, src, sid, imbalances))
 
 
-def _scored(batch: CandidateBatch, rows: np.ndarray, imbalances: np.ndarray) -> list[ScoredMigration]:
+def scored_migrations(batch: CandidateBatch, rows: np.ndarray, imbalances: np.ndarray) -> list[ScoredMigration]:
+    """The migrations of batch ``rows`` with their ``imbalances`` (as :func:`scored_rows` gives them)."""
     return [ScoredMigration(batch.migration(int(r)), float(v)) for r, v in zip(rows, imbalances)]
 
 
@@ -132,7 +133,7 @@ def score_bruteforce(batch: CandidateBatch, limit: int, formula: Formula = "norm
     Ties in the truncated imbalance go by (sid, source node, target node). ``limit`` 0 gives
     [], a ``limit`` beyond the count gives all.
     """
-    return _scored(batch, *_bruteforce_rows(batch, limit, formula))
+    return scored_migrations(batch, *_bruteforce_rows(batch, limit, formula))
 
 
 def _bruteforce_rows(batch: CandidateBatch, limit: int, formula: Formula) -> tuple[np.ndarray, np.ndarray]:
@@ -188,7 +189,7 @@ def _max_with_two_replaced(
 def score_topsis(batch: CandidateBatch, limit: int, formula: Formula = "normalized") -> list[ScoredMigration]:
     """The first ``limit`` candidates in TOPSIS rank order, each with its truncated what-if
     imbalance (not re-sorted by it). Ties in score keep expansion order."""
-    return _scored(batch, *_topsis_rows(batch, limit, formula))
+    return scored_migrations(batch, *_topsis_rows(batch, limit, formula))
 
 
 def _topsis_rows(batch: CandidateBatch, limit: int, formula: Formula) -> tuple[np.ndarray, np.ndarray]:
@@ -215,7 +216,7 @@ def score_migrations(
     batch: CandidateBatch, limit: int, method: Method = "bruteforce", formula: Formula = "normalized"
 ) -> list[ScoredMigration]:
     """Dispatch to :func:`score_bruteforce` or :func:`score_topsis`."""
-    return _scored(batch, *scored_rows(batch, limit, method, formula))
+    return scored_migrations(batch, *scored_rows(batch, limit, method, formula))
 
 
 def scored_rows(
