@@ -38,4 +38,4 @@ bench: setup bytecode
 	PATH=$(BIN):$$PATH perl benchmarks/perl_round.pl
 
 lint: setup
-	$(BIN)/ruff check core bridge tests benchmarks
+	$(BIN)/ruff check crs_bridge tests benchmarks

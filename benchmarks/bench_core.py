@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core import CompactCandidate, DynamicScheduler, NodeStats, ResourceStats  # noqa: E402
+from crs_bridge.core import CompactCandidate, DynamicScheduler, NodeStats, ResourceStats  # noqa: E402
 from tests import reference as ref  # noqa: E402
 
 GiB = 1 << 30

@@ -141,7 +141,7 @@ class Cluster:
     # -- the same as core objects, for engine-only timing --
 
     def scheduler(self):
-        from core import DynamicScheduler, NodeStats, ResourceStats
+        from crs_bridge.core import DynamicScheduler, NodeStats, ResourceStats
 
         s = DynamicScheduler()
         for n in self.nodes:
@@ -153,7 +153,7 @@ class Cluster:
         return s
 
     def core_candidates(self, form: str) -> list:
-        from core import CompactCandidate, Migration, MigrationCandidate, ResourceStats
+        from crs_bridge.core import CompactCandidate, Migration, MigrationCandidate, ResourceStats
 
         if form == "compact":
             return [CompactCandidate(b["leader"], tuple(b["resources"]), tuple(b["nodes"])) for b in self.bundles]

@@ -22,8 +22,8 @@ from bench_e2e import ROOT, SERVER, Cluster, score_request
 #: The stand-in: read frames, decode each with the typed decoder, answer a constant.
 _STAND_IN = """
 import os
-from bridge.fastdecode import TypedRequestDecoder
-from bridge.transport import FrameReader, enlarge_pipe
+from crs_bridge.bridge.fastdecode import TypedRequestDecoder
+from crs_bridge.bridge.transport import FrameReader, enlarge_pipe
 
 names = frozenset(["usage", "candidates", "limit", "method", "imbalance"])
 decoder = TypedRequestDecoder({"score_best_balancing_migrations": names})

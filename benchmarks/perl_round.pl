@@ -10,7 +10,7 @@
 #       [--lib DIR]              (the Perl client to measure; default: perl-client/lib of this tree)
 #
 # A before/after comparison runs both sides alternately, each with its own client and server, e.g.
-#   CRS_BRIDGE_COMMAND="env PYTHONPATH=/tmp/old /work/main/.venv/bin/python -P -m bridge serve" \
+#   CRS_BRIDGE_COMMAND="env PYTHONPATH=/tmp/old /work/main/.venv/bin/python -P -m crs_bridge serve" \
 #       perl benchmarks/perl_round.pl --lib /tmp/old/perl-client/lib ...
 # (-P: without it, "python -m" puts the current directory first on sys.path, ahead of
 # PYTHONPATH, and a run from this tree would serve this tree's code.)

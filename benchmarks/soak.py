@@ -157,7 +157,7 @@ class Soak:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "bridge", "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT
+            [sys.executable, "-m", "crs_bridge", "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT
         )
         self.expected: deque[tuple[int, str, object]] = deque()
         self.slots = threading.Semaphore(args.window)

@@ -1,4 +1,4 @@
-"""The ``crs-bridge`` command (also ``python -m bridge``).
+"""The ``crs-bridge`` command (also ``python -m crs_bridge``).
 
 ``crs-bridge serve [--trace FILE|-]``
     Serve JSON-RPC 2.0 on stdin/stdout (see :mod:`bridge.server` for framing and exit rules).
@@ -167,7 +167,7 @@ def _print_json(value: Any) -> None:
 def _one_request(request: bytes, trace: str | None) -> dict | None:
     import subprocess  # here, not at the top: `serve` never needs it and starts faster without
 
-    command = [sys.executable, "-m", "bridge", "serve"] + (["--trace", trace] if trace else [])
+    command = [sys.executable, "-P", "-m", "crs_bridge", "serve"] + (["--trace", trace] if trace else [])
     done = subprocess.run(command, input=request + b"\n", stdout=subprocess.PIPE, check=False)
     lines = [line for line in done.stdout.splitlines() if line.strip()]
     if not lines:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core import (
+from ..core import (
     CandidateColumns,
     CompactCandidate,
     CompactColumns,
@@ -24,8 +24,7 @@ from core import (
     ScoredMigration,
     new_scheduler,
 )
-from core.imbalance import Formula
-
+from ..core.imbalance import Formula
 from . import models as m
 from .fastpath import SnapshotRows
 

@@ -37,10 +37,9 @@ import msgspec
 import numpy as np
 import orjson
 
-from core import CandidateColumns, CompactColumns
-from core.candidates import RepeatedLists
-from core.limits import MAX_BYTES, MAX_CORES
-
+from ..core import CandidateColumns, CompactColumns
+from ..core.candidates import RepeatedLists
+from ..core.limits import MAX_BYTES, MAX_CORES
 from .limits import TooDeep, decode
 
 #: The nesting of candidates in a request: envelope, params, list, candidate, stats (or a

@@ -29,10 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from core import CandidateColumns, CompactColumns, NodeStats, Resource, ResourceStats
-from core.limits import MAX_CORES
-from core.stats import bytes_column, cores_column
-
+from ..core import CandidateColumns, CompactColumns, NodeStats, Resource, ResourceStats
+from ..core.limits import MAX_CORES
+from ..core.stats import bytes_column, cores_column
 from . import models as m
 
 #: The annotation pydantic keeps for a field declared as :data:`bridge.models.Candidates`.

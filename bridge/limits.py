@@ -18,8 +18,7 @@ from typing import Any
 
 import orjson
 
-from core import CandidateColumns, CompactColumns
-
+from ..core import CandidateColumns, CompactColumns
 from .errors import ParamsError
 from .transport import DEFAULT_MAX_MESSAGE_BYTES
 

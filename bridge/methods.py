@@ -22,11 +22,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from core import CandidateBatch, CompactCandidate, Scheduler
-from core.candidates import concat_batches
-from core.limits import MAX_BYTES, MAX_CORES
-from core.scheduler import calculate_node_imbalance, score_migrations, score_nodes_to_start, select_best_migration
-
+from ..core import CandidateBatch, CompactCandidate, Scheduler
+from ..core.candidates import concat_batches
+from ..core.limits import MAX_BYTES, MAX_CORES
+from ..core.scheduler import calculate_node_imbalance, score_migrations, score_nodes_to_start, select_best_migration
 from . import __version__, convert, fastpath, mutations, phases
 from . import models as m
 from .errors import MethodUnavailableError, ParamsError, UnknownHandleError
@@ -288,7 +287,7 @@ def _start_scores(bridge: Bridge, p: m.StartScoreParams) -> list[list]:
 
 
 def _new(bridge: Bridge, p: m.NewSchedulerParams) -> dict:
-    from core import new_scheduler
+    from ..core import new_scheduler
 
     return {"scheduler": bridge.new_handle(new_scheduler(p.mode, p.imbalance))}
 
@@ -563,7 +562,7 @@ def _with_formula(scheduler: Scheduler, formula: str | None) -> Scheduler:
 
 
 def _plan(scheduler: Scheduler, p: m.PlanParams | m.SchedulerPlanParams) -> dict:
-    from core.planner import plan_rebalance  # loaded on first use, as in core/__init__.py
+    from ..core.planner import plan_rebalance  # loaded on first use, as in core/__init__.py
 
     options = (p.method, p.threshold, p.margin, p.max_steps, p.allow_repeat)
     return plan_rebalance(scheduler, _compact(p.candidates), *options).to_wire()
@@ -574,7 +573,7 @@ def _plan_rebalance(bridge: Bridge, p: m.PlanParams) -> dict:
 
 
 def _explain_migrations(bridge: Bridge, p: m.ExplainParams) -> dict:
-    from core.explain import explain_batch  # loaded on first use, as in core/__init__.py
+    from ..core.explain import explain_batch  # loaded on first use, as in core/__init__.py
 
     # Built as _score_migrations builds its batch, so the numbers agree to the last bit.
     scheduler = bridge.cluster(p)

@@ -41,8 +41,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from core.limits import MAX_BYTES, MAX_CORES
-from core.verdicts import MARGIN_NOT_REACHED, MIGRATE, NO_CANDIDATES, NO_IMPROVEMENT, STOP_REASONS, THRESHOLD_REACHED
+from ..core.limits import MAX_BYTES, MAX_CORES
+from ..core.verdicts import MARGIN_NOT_REACHED, MIGRATE, NO_CANDIDATES, NO_IMPROVEMENT, STOP_REASONS, THRESHOLD_REACHED
 
 # -- scalar types ---------------------------------------------------------------------------
 

@@ -28,9 +28,8 @@ from typing import Any
 
 import msgspec
 
-from core import InvalidInputError, NodeStats, Resource, ResourceStats, Scheduler, SchedulingError
-from core.limits import MAX_BYTES, MAX_CORES
-
+from ..core import InvalidInputError, NodeStats, Resource, ResourceStats, Scheduler, SchedulingError
+from ..core.limits import MAX_BYTES, MAX_CORES
 from . import convert
 from . import fastdecode as typed
 from . import models as m

@@ -24,8 +24,7 @@ from typing import Any
 
 import orjson
 
-from core import InvalidInputError, SchedulingError
-
+from ..core import InvalidInputError, SchedulingError
 from . import phases
 from .dispatch import NODATA, Error, Method, Success, dispatch_to_serializable
 from .errors import MethodUnavailableError, MutationError, ParamsError, UnknownHandleError, shorten

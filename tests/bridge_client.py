@@ -4,7 +4,7 @@ Usage::
 
     from tests.bridge_client import BridgeClient, RpcError
 
-    with BridgeClient() as bridge:                    # starts `python -m bridge serve`
+    with BridgeClient() as bridge:                    # starts `python -m crs_bridge serve`
         handle = bridge.call("scheduler.new", {"mode": "static"})["scheduler"]
         bridge.call("scheduler.add_node", [handle, "node1", 8, 2**34])
         try:
@@ -46,12 +46,12 @@ CONTENT_LENGTH = "content-length"
 
 
 def crs_bridge() -> list[str]:
-    """The installed console script, or ``python -m bridge`` when it is not on this venv."""
+    """The installed console script, or ``python -m crs_bridge`` when it is not on this venv."""
     script = Path(sys.executable).with_name("crs-bridge")
     if script.exists():
         return [str(script)]
     found = shutil.which("crs-bridge")
-    return [found] if found else [sys.executable, "-m", "bridge"]
+    return [found] if found else [sys.executable, "-m", "crs_bridge"]
 
 
 class RpcError(Exception):
@@ -65,7 +65,7 @@ class RpcError(Exception):
 
 
 class BridgeClient:
-    """One server process (``python -m bridge serve`` plus ``args``) and a connection to it."""
+    """One server process (``python -m crs_bridge serve`` plus ``args``) and a connection to it."""
 
     def __init__(self, args: Sequence[str] = (), framing: str = NDJSON, timeout: float = 30.0) -> None:
         self.framing = framing
@@ -74,7 +74,7 @@ class BridgeClient:
         self._buf = b""
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in __exit__)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "bridge", "serve", *args],
+            [sys.executable, "-m", "crs_bridge", "serve", *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,

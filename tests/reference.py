@@ -20,9 +20,9 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from core.candidates import CompactCandidate, Migration
-from core.errors import InvalidInputError, SchedulingError
-from core.stats import NodeStats, ResourceStats
+from crs_bridge.core.candidates import CompactCandidate, Migration
+from crs_bridge.core.errors import InvalidInputError, SchedulingError
+from crs_bridge.core.stats import NodeStats, ResourceStats
 
 RAW_WEIGHTS = (-1.0, -2.0, -5.0, -10.0)
 

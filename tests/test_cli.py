@@ -64,7 +64,7 @@ def test_session_example_runs_through_serve():
 
 
 def test_call_with_inline_params_and_python_dash_m():
-    done = run("call", "scheduler.new", '{"mode": "dynamic"}', command=[sys.executable, "-m", "bridge"])
+    done = run("call", "scheduler.new", '{"mode": "dynamic"}', command=[sys.executable, "-m", "crs_bridge"])
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"scheduler": "s1"}
 
@@ -120,9 +120,9 @@ def test_the_server_validates_without_looking_for_pydantic_plugins():
     the first validations import nothing to look for plugins, and validate as always."""
     script = """
 import sys
-from bridge.server import skip_pydantic_plugin_discovery
-from bridge.methods import Bridge
-from bridge.protocol import Protocol
+from crs_bridge.bridge.server import skip_pydantic_plugin_discovery
+from crs_bridge.bridge.methods import Bridge
+from crs_bridge.bridge.protocol import Protocol
 print(skip_pydantic_plugin_discovery(), skip_pydantic_plugin_discovery())
 protocol = Protocol(Bridge())
 print(protocol.handle(b'{"jsonrpc":"2.0","id":1,"method":"scheduler.new","params":{"mode":"static"}}').decode())

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.render import WIDTH, bar, load_bars
+from crs_bridge.bridge.render import WIDTH, bar, load_bars
 from tests.bridge_client import BridgeClient, crs_bridge
 
 ROOT = Path(__file__).resolve().parents[1]

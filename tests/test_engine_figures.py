@@ -12,12 +12,19 @@ import struct
 import numpy as np
 import pytest
 
-import core.scheduler
-from core import CompactCandidate, DynamicScheduler, NodeStats, ResourceStats, SchedulingError, StaticScheduler
-from core.candidates import Migration, MigrationCandidate, batch_from_candidates
-from core.imbalance import truncate
-from core.topsis import topsis_rank, topsis_scores
-from core.usage import NodeView
+from crs_bridge import core
+from crs_bridge.core import (
+    CompactCandidate,
+    DynamicScheduler,
+    NodeStats,
+    ResourceStats,
+    SchedulingError,
+    StaticScheduler,
+)
+from crs_bridge.core.candidates import Migration, MigrationCandidate, batch_from_candidates
+from crs_bridge.core.imbalance import truncate
+from crs_bridge.core.topsis import topsis_rank, topsis_scores
+from crs_bridge.core.usage import NodeView
 from tests import reference as ref
 
 GiB, MiB = 1 << 30, 1 << 20

@@ -18,13 +18,19 @@ import pytest
 from hypothesis import event, given, note
 from hypothesis import strategies as st
 
-import core.imbalance
-import core.scheduler
-from core import CompactCandidate, InvalidInputError, NodeStats, ResourceStats, SchedulingError, new_scheduler
-from core.candidates import Migration, MigrationCandidate, batch_from_candidates
-from core.imbalance import imbalance_bounds
-from core.usage import Aggregation, NodeView
-from core.whatif import what_if
+from crs_bridge import core
+from crs_bridge.core import (
+    CompactCandidate,
+    InvalidInputError,
+    NodeStats,
+    ResourceStats,
+    SchedulingError,
+    new_scheduler,
+)
+from crs_bridge.core.candidates import Migration, MigrationCandidate, batch_from_candidates
+from crs_bridge.core.imbalance import imbalance_bounds
+from crs_bridge.core.usage import Aggregation, NodeView
+from crs_bridge.core.whatif import what_if
 from tests import reference as ref
 
 NAMES = ["n1", "n10", "n2", "B", "a", "ü-node", "Z9", "m", "c", "x1", "x0", "k", "aa", "ab", "ba", "q"]

@@ -11,7 +11,7 @@ import struct
 
 import pytest
 
-from core import (
+from crs_bridge.core import (
     CompactCandidate,
     DynamicScheduler,
     InvalidInputError,
@@ -21,9 +21,9 @@ from core import (
     StaticScheduler,
     new_scheduler,
 )
-from core.candidates import Migration, MigrationCandidate
-from core.limits import MAX_BYTES, MAX_CORES
-from core.usage import Aggregation, Resource
+from crs_bridge.core.candidates import Migration, MigrationCandidate
+from crs_bridge.core.limits import MAX_BYTES, MAX_CORES
+from crs_bridge.core.usage import Aggregation, Resource
 from tests import reference as ref
 
 GiB = 1 << 30

@@ -11,8 +11,8 @@ import struct
 import numpy as np
 import pytest
 
-from core import Aggregation, NodeStats, ResourceStats, SchedulingError, Usage
-from core.usage import Resource
+from crs_bridge.core import Aggregation, NodeStats, ResourceStats, SchedulingError, Usage
+from crs_bridge.core.usage import Resource
 
 GiB = 1024**3
 

@@ -15,12 +15,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core import CompactCandidate, InvalidInputError
-from core.explain import explain_migrations
-from core.imbalance import truncate
-from core.modes import DynamicScheduler, StaticScheduler
-from core.stats import NodeStats, ResourceStats
-from core.verdicts import MARGIN_NOT_REACHED, MIGRATE, NO_CANDIDATES, NO_IMPROVEMENT, THRESHOLD_REACHED
+from crs_bridge.core import CompactCandidate, InvalidInputError
+from crs_bridge.core.explain import explain_migrations
+from crs_bridge.core.imbalance import truncate
+from crs_bridge.core.modes import DynamicScheduler, StaticScheduler
+from crs_bridge.core.stats import NodeStats, ResourceStats
+from crs_bridge.core.verdicts import MARGIN_NOT_REACHED, MIGRATE, NO_CANDIDATES, NO_IMPROVEMENT, THRESHOLD_REACHED
 from tests import reference as ref
 
 GiB, MiB = 1024**3, 1024**2

@@ -17,14 +17,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge import convert
-from bridge import models as m
-from bridge.fastdecode import CANDIDATE_DEPTH
-from bridge.limits import ServerLimits
-from bridge.methods import Bridge
-from bridge.protocol import Protocol
-from core import CandidateColumns, CompactColumns
-from core.limits import MAX_BYTES, MAX_CORES
+from crs_bridge.bridge import convert
+from crs_bridge.bridge import models as m
+from crs_bridge.bridge.fastdecode import CANDIDATE_DEPTH
+from crs_bridge.bridge.limits import ServerLimits
+from crs_bridge.bridge.methods import Bridge
+from crs_bridge.bridge.protocol import Protocol
+from crs_bridge.core import CandidateColumns, CompactColumns
+from crs_bridge.core.limits import MAX_BYTES, MAX_CORES
 
 GiB = 2**30
 NODES = [

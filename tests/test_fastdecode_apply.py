@@ -19,10 +19,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge import mutations
-from bridge.fastdecode import APPLY_DEPTH, TypedMutations
-from bridge.limits import ServerLimits
-from bridge.protocol import Protocol
+from crs_bridge.bridge import mutations
+from crs_bridge.bridge.fastdecode import APPLY_DEPTH, TypedMutations
+from crs_bridge.bridge.limits import ServerLimits
+from crs_bridge.bridge.protocol import Protocol
 from tests.test_fastdecode import corrupted, protocols
 from tests.test_mutations import ANY, MOSTLY_VALID, dynamic_entries, state, static_entries
 

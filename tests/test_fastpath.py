@@ -20,14 +20,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from bridge import convert, fastpath
-from bridge import models as m
-from bridge.errors import ParamsError
-from bridge.methods import Bridge
-from core import CandidateColumns, Migration, MigrationCandidate, NodeStats, ResourceStats
-from core.candidates import _batch_row_by_row, batch_from_candidates, batch_from_columns
-from core.limits import MAX_BYTES, MAX_CORES
-from core.usage import NodeView
+from crs_bridge.bridge import convert, fastpath
+from crs_bridge.bridge import models as m
+from crs_bridge.bridge.errors import ParamsError
+from crs_bridge.bridge.methods import Bridge
+from crs_bridge.core import CandidateColumns, Migration, MigrationCandidate, NodeStats, ResourceStats
+from crs_bridge.core.candidates import _batch_row_by_row, batch_from_candidates, batch_from_columns
+from crs_bridge.core.limits import MAX_BYTES, MAX_CORES
+from crs_bridge.core.usage import NodeView
 
 STATS = {"cpu": 0.5, "maxcpu": 2.0, "mem": 3 * 2**30, "maxmem": 4 * 2**30}
 

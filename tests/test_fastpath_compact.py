@@ -21,13 +21,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from bridge import convert, fastpath
-from bridge import models as m
-from bridge.errors import ParamsError
-from bridge.methods import Bridge
-from core import CompactColumns, InvalidInputError, NodeStats, ResourceStats, SchedulingError, new_scheduler
-from core.candidates import RepeatedLists, expand_compact, expand_compact_columns
-from core.limits import MAX_BYTES
+from crs_bridge.bridge import convert, fastpath
+from crs_bridge.bridge import models as m
+from crs_bridge.bridge.errors import ParamsError
+from crs_bridge.bridge.methods import Bridge
+from crs_bridge.core import CompactColumns, InvalidInputError, NodeStats, ResourceStats, SchedulingError, new_scheduler
+from crs_bridge.core.candidates import RepeatedLists, expand_compact, expand_compact_columns
+from crs_bridge.core.limits import MAX_BYTES
 
 # -- the fast path against the models ---------------------------------------------------------
 

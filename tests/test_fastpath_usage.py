@@ -14,10 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
-from bridge import convert, fastpath
-from bridge import models as m
-from core import NodeStats, Resource, ResourceStats
-from core.limits import MAX_BYTES, MAX_CORES
+from crs_bridge.bridge import convert, fastpath
+from crs_bridge.bridge import models as m
+from crs_bridge.core import NodeStats, Resource, ResourceStats
+from crs_bridge.core.limits import MAX_BYTES, MAX_CORES
 from tests.test_fastpath import STATS, call_errors, model_errors
 
 USAGE_MODEL = TypeAdapter(m.Usage)

@@ -845,7 +845,7 @@ def test_limits_come_from_flags_over_environment_and_are_reported(monkeypatch):
 )
 def test_bad_limit_settings_are_refused_at_start(args, env, words):
     done = subprocess.run(
-        [sys.executable, "-m", "bridge", "serve", *args],
+        [sys.executable, "-m", "crs_bridge", "serve", *args],
         input=b"",
         capture_output=True,
         env={**os.environ, **env},

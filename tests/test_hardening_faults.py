@@ -90,7 +90,7 @@ def test_stderr_nobody_reads_never_blocks_serving(extra):
     holds. The server must answer every request all the same."""
     count = 3000
     process = subprocess.Popen(
-        [sys.executable, "-m", "bridge", "serve", "--debug-methods", *extra],
+        [sys.executable, "-m", "crs_bridge", "serve", "--debug-methods", *extra],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,  # never read until the end
@@ -118,7 +118,7 @@ def test_stderr_nobody_reads_never_blocks_serving(extra):
 
 def test_stderr_closed_by_the_client_changes_nothing():
     process = subprocess.Popen(
-        [sys.executable, "-m", "bridge", "serve", "--debug-methods", "--log-level", "debug", "--trace", "-"],
+        [sys.executable, "-m", "crs_bridge", "serve", "--debug-methods", "--log-level", "debug", "--trace", "-"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -16,12 +16,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from bridge import mutations
-from bridge.errors import MutationError, ParamsError
-from bridge.fastdecode import TypedMutations, TypedRequestDecoder
-from bridge.methods import Bridge
-from core import Aggregation, InvalidInputError, NodeStats, ResourceStats, SchedulingError, new_scheduler
-from core.limits import MAX_BYTES, MAX_CORES
+from crs_bridge.bridge import mutations
+from crs_bridge.bridge.errors import MutationError, ParamsError
+from crs_bridge.bridge.fastdecode import TypedMutations, TypedRequestDecoder
+from crs_bridge.bridge.methods import Bridge
+from crs_bridge.core import Aggregation, InvalidInputError, NodeStats, ResourceStats, SchedulingError, new_scheduler
+from crs_bridge.core.limits import MAX_BYTES, MAX_CORES
 
 # Values of every kind a JSON decoder can hand over, valid and not; and pools of mostly valid
 # ones, so that whole lists pass too and the values given to the engine are compared.

@@ -15,12 +15,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core import CompactCandidate, InvalidInputError, Migration, MigrationCandidate
-from core.imbalance import truncate
-from core.modes import DynamicScheduler, StaticScheduler
-from core.planner import plan_rebalance
-from core.stats import ZERO_RESOURCE, NodeStats, ResourceStats, add_running, remove_running
-from core.verdicts import MARGIN_NOT_REACHED, MAX_STEPS, NO_CANDIDATES, NO_IMPROVEMENT, STOP_REASONS, THRESHOLD_REACHED
+from crs_bridge.core import CompactCandidate, InvalidInputError, Migration, MigrationCandidate
+from crs_bridge.core.imbalance import truncate
+from crs_bridge.core.modes import DynamicScheduler, StaticScheduler
+from crs_bridge.core.planner import plan_rebalance
+from crs_bridge.core.stats import ZERO_RESOURCE, NodeStats, ResourceStats, add_running, remove_running
+from crs_bridge.core.verdicts import (
+    MARGIN_NOT_REACHED,
+    MAX_STEPS,
+    NO_CANDIDATES,
+    NO_IMPROVEMENT,
+    STOP_REASONS,
+    THRESHOLD_REACHED,
+)
 from tests.test_explain import HOMOGENEOUS, VM101_CANDIDATES, Cluster, GiB, clusters, figure_cluster, two_bundles_of_vm1
 
 # -- replaying a plan by hand ----------------------------------------------------------------

@@ -10,7 +10,7 @@ import signal
 import orjson
 import pytest
 
-from bridge.transport import PIPE_BYTES, enlarge_pipe
+from crs_bridge.bridge.transport import PIPE_BYTES, enlarge_pipe
 from tests.bridge_client import CONTENT_LENGTH, NDJSON, BridgeClient
 
 INFO = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "bridge.info"})

@@ -1,7 +1,0 @@
-"""``python -m bridge``: the ``crs-bridge`` command."""
-
-import sys
-
-from .cli import main
-
-sys.exit(main())
