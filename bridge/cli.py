@@ -227,7 +227,7 @@ def _add_plan_commands(commands: Any) -> None:
 def _cluster_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("cluster", help="@FILE (@- for stdin) or inline JSON: {usage, candidates, options...}")
     parser.add_argument("--method", choices=["bruteforce", "topsis"], help="scorer (default bruteforce)")
-    parser.add_argument("--imbalance", choices=["normalized", "raw"], help="imbalance formula (default normalized)")
+    parser.add_argument("--imbalance", choices=["normalized", "raw"], help="imbalance formula (default raw)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON instead of text")
     _common_options(parser)
 

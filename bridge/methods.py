@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..core import CandidateBatch, CompactCandidate, Scheduler
+from ..core import DEFAULT_FORMULA, CandidateBatch, CompactCandidate, Scheduler
 from ..core.candidates import concat_batches
 from ..core.limits import MAX_BYTES, MAX_CORES
 from ..core.scheduler import calculate_node_imbalance, score_migrations, score_nodes_to_start, select_best_migration
@@ -184,7 +184,7 @@ class Bridge:
         if params.scheduler is not None:
             return self.scheduler(params.scheduler)
         # Start scoring has no formula param; the snapshot's formula does not matter to it.
-        return convert.build_scheduler(params.usage, getattr(params, "imbalance", None) or "normalized")
+        return convert.build_scheduler(params.usage, getattr(params, "imbalance", None) or DEFAULT_FORMULA)
 
     def info(self) -> dict:
         """What ``bridge.info`` answers."""
@@ -196,7 +196,7 @@ class Bridge:
                 "normalized": "crate 2.1.0: coefficient of variation of node loads / sqrt(n - 1), in [0, 1]",
                 "raw": "crate 2.0.0 (libpve-rs-perl 0.13.0): coefficient of variation of node loads",
             },
-            "default_imbalance": "normalized",
+            "default_imbalance": DEFAULT_FORMULA,
             "migration_methods": ["bruteforce", "topsis"],
             "framings": dict(FRAMINGS),
             "limits": {

@@ -41,6 +41,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from ..core.imbalance import DEFAULT_FORMULA
 from ..core.limits import MAX_BYTES, MAX_CORES
 from ..core.verdicts import MARGIN_NOT_REACHED, MIGRATE, NO_CANDIDATES, NO_IMPROVEMENT, STOP_REASONS, THRESHOLD_REACHED
 
@@ -333,7 +334,7 @@ class ClusterParams(Params):
 _IMBALANCE = Field(
     default=None,
     description="imbalance formula: 'normalized' (crate 2.1.0) or 'raw' (crate 2.0.0); "
-    "default: 'normalized' with 'usage', the scheduler's own with 'scheduler'",
+    f"default: '{DEFAULT_FORMULA}' with 'usage', the scheduler's own with 'scheduler'",
 )
 
 
@@ -375,7 +376,7 @@ class NewSchedulerParams(Params):
     """Params of ``scheduler.new``."""
 
     mode: Mode
-    imbalance: Formula = "normalized"
+    imbalance: Formula = DEFAULT_FORMULA
 
 
 class SchedulerParams(Params):

@@ -17,7 +17,7 @@ from .candidates import (
     ScoredMigration,
 )
 from .errors import InvalidInputError, SchedulingError
-from .imbalance import FORMULAS, Formula, node_imbalance
+from .imbalance import DEFAULT_FORMULA, FORMULAS, Formula, node_imbalance
 from .modes import DynamicScheduler, Scheduler, StaticScheduler, new_scheduler
 from .scheduler import METHODS, Method
 from .stats import NodeStats, ResourceStats

@@ -16,7 +16,7 @@ import numpy as np
 
 from .candidates import CandidateBatch, Migration, ScoredMigration
 from .errors import InvalidInputError
-from .imbalance import Formula
+from .imbalance import DEFAULT_FORMULA, Formula
 from .modes import Candidates, Scheduler
 from .scheduler import (
     Method,
@@ -227,7 +227,7 @@ def explain_migrations(
 def explain_batch(
     batch: CandidateBatch,
     method: Method = "bruteforce",
-    formula: Formula = "normalized",
+    formula: Formula = DEFAULT_FORMULA,
     limit: int = 1,
     threshold: float | None = None,
     margin: float | None = None,

@@ -1,8 +1,9 @@
 """Node imbalance: the coefficient of variation (CV) of per-node loads.
 
-Two formulas (product decision 2): ``normalized`` (crate 2.1.0, the default) divides the CV by
-sqrt(n - 1) so the value lies in [0, 1] and is 0 below two nodes; ``raw`` (crate 2.0.0) is the
-CV itself, in [0, sqrt(n - 1)].
+Two formulas (product decision 2): ``raw`` (crate 2.0.0, the default: libpve-rs-perl 0.13.0 and
+pve-ha-manager 5.2.0 are built with it, and HA's threshold 0.3 was tuned for it) is the CV itself,
+in [0, sqrt(n - 1)]; ``normalized`` (crate 2.1.0) divides the CV by sqrt(n - 1) so the value
+lies in [0, 1] and is 0 below two nodes.
 
 Every sum runs left to right in node order and squares are products, exactly as ``math.md``
 §5.2/§5.8 prescribe, so values match the reference to the last bit.
@@ -18,6 +19,8 @@ import numpy as np
 
 Formula = Literal["normalized", "raw"]
 FORMULAS: tuple[Formula, ...] = ("normalized", "raw")
+#: The released stack's formula, the default wherever none is named.
+DEFAULT_FORMULA: Formula = "raw"
 
 _TRUNCATION = 1e15  # 10 ** f64::DIGITS, exact in binary64
 
@@ -31,7 +34,7 @@ def check_formula(formula: str) -> Formula:
     return formula  # type: ignore[return-value]
 
 
-def node_imbalance(loads: Sequence[float], formula: Formula = "normalized") -> float:
+def node_imbalance(loads: Sequence[float], formula: Formula = DEFAULT_FORMULA) -> float:
     """Imbalance of ``loads`` (fractions, node order).
 
     Edge cases: fewer than two nodes give 0.0 with ``normalized``; a zero load sum, or a mean

@@ -21,7 +21,7 @@ from .candidates import (
     expand_compact,
     expand_compact_columns,
 )
-from .imbalance import Formula, check_formula
+from .imbalance import DEFAULT_FORMULA, Formula, check_formula
 from .scheduler import (
     Method,
     calculate_node_imbalance,
@@ -62,7 +62,7 @@ class Scheduler:
     balance_view: Aggregation
     start_view: Aggregation
 
-    def __init__(self, formula: Formula = "normalized") -> None:
+    def __init__(self, formula: Formula = DEFAULT_FORMULA) -> None:
         self.formula = check_formula(formula)
         self.usage = Usage()
 
@@ -201,7 +201,7 @@ class DynamicScheduler(Scheduler):
         return self._start_scores(stats)
 
 
-def new_scheduler(mode: str, formula: Formula = "normalized") -> Scheduler:
+def new_scheduler(mode: str, formula: Formula = DEFAULT_FORMULA) -> Scheduler:
     """A fresh scheduler for ``mode`` 'static' or 'dynamic'."""
     from .errors import InvalidInputError
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from .candidates import CandidateBatch, ScoredMigration
 from .errors import InvalidInputError
-from .imbalance import Formula, imbalance_bounds, imbalance_from_sums, node_imbalance, truncate
+from .imbalance import DEFAULT_FORMULA, Formula, imbalance_bounds, imbalance_from_sums, node_imbalance, truncate
 from .stats import ResourceStats
 from .topsis import load_criteria, topsis_rank, topsis_scores
 from .usage import NodeView
@@ -57,7 +57,7 @@ def check_method(method: str) -> Method:
     return method  # type: ignore[return-value]
 
 
-def calculate_node_imbalance(view: NodeView, formula: Formula = "normalized") -> float:
+def calculate_node_imbalance(view: NodeView, formula: Formula = DEFAULT_FORMULA) -> float:
     """Imbalance of the view's node loads (see :func:`core.imbalance.node_imbalance`)."""
     return node_imbalance(view.loads().tolist(), formula)
 
@@ -127,7 +127,7 @@ def _block_bounds(w: WhatIf, formula: Formula):
         yield start, truncate(lo), truncate(hi)
 
 
-def score_bruteforce(batch: CandidateBatch, limit: int, formula: Formula = "normalized") -> list[ScoredMigration]:
+def score_bruteforce(batch: CandidateBatch, limit: int, formula: Formula = DEFAULT_FORMULA) -> list[ScoredMigration]:
     """The ``limit`` candidates leaving the lowest imbalance, best first.
 
     Ties in the truncated imbalance go by (sid, source node, target node). ``limit`` 0 gives
@@ -186,7 +186,7 @@ def _max_with_two_replaced(
     return np.maximum(np.maximum(others, va), vb)
 
 
-def score_topsis(batch: CandidateBatch, limit: int, formula: Formula = "normalized") -> list[ScoredMigration]:
+def score_topsis(batch: CandidateBatch, limit: int, formula: Formula = DEFAULT_FORMULA) -> list[ScoredMigration]:
     """The first ``limit`` candidates in TOPSIS rank order, each with its truncated what-if
     imbalance (not re-sorted by it). Ties in score keep expansion order."""
     return scored_migrations(batch, *_topsis_rows(batch, limit, formula))
@@ -213,14 +213,14 @@ def _best_first(scores: np.ndarray, k: int) -> np.ndarray:
 
 
 def score_migrations(
-    batch: CandidateBatch, limit: int, method: Method = "bruteforce", formula: Formula = "normalized"
+    batch: CandidateBatch, limit: int, method: Method = "bruteforce", formula: Formula = DEFAULT_FORMULA
 ) -> list[ScoredMigration]:
     """Dispatch to :func:`score_bruteforce` or :func:`score_topsis`."""
     return scored_migrations(batch, *scored_rows(batch, limit, method, formula))
 
 
 def scored_rows(
-    batch: CandidateBatch, limit: int, method: Method = "bruteforce", formula: Formula = "normalized"
+    batch: CandidateBatch, limit: int, method: Method = "bruteforce", formula: Formula = DEFAULT_FORMULA
 ) -> tuple[np.ndarray, np.ndarray]:
     """The batch rows behind :func:`score_migrations`'s answer, in its order, and their truncated
     imbalances. The row, not the migration, identifies a candidate: two bundles with the same
@@ -232,7 +232,7 @@ def scored_rows(
 def select_best_migration(
     batch: CandidateBatch,
     method: Method = "bruteforce",
-    formula: Formula = "normalized",
+    formula: Formula = DEFAULT_FORMULA,
     imbalance_threshold: float | None = None,
 ) -> ScoredMigration | None:
     """One migration, or None without candidates (product decision 5).

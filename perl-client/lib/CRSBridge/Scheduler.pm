@@ -39,10 +39,10 @@ the methods; this module holds the ones both have.
 
 =item CRS_BRIDGE_IMBALANCE
 
-The imbalance formula of new objects: C<normalized> (default; proxmox-resource-scheduling
-2.1.0, coefficient of variation divided by sqrt(n - 1), within [0, 1]) or C<raw> (crate 2.0.0,
-the coefficient of variation itself, which libpve-rs-perl 0.13.0 and pve-ha-manager 5.2.0
-were built against; use it to keep HA 5.2.0's threshold semantics).
+The imbalance formula of new objects: C<raw> (default; proxmox-resource-scheduling 2.0.0, the
+coefficient of variation itself, which libpve-rs-perl 0.13.0 and pve-ha-manager 5.2.0 are built
+with and for which HA's threshold 0.3 was tuned) or C<normalized> (crate 2.1.0, the coefficient
+of variation divided by sqrt(n - 1), within [0, 1]).
 
 =back
 
@@ -54,7 +54,7 @@ sub _new {
     my $class = shift;
     check_arity('new', [ $class, @_ ], 'class');
     my $formula = $ENV{CRS_BRIDGE_IMBALANCE};
-    $formula = 'normalized' if !defined $formula || $formula eq '';
+    $formula = 'raw' if !defined $formula || $formula eq '';
     die "crs-bridge: CRS_BRIDGE_IMBALANCE must be 'normalized' or 'raw', got '$formula'\n"
         if !$FORMULAS{$formula};
     my $st = { mode => $class->MODE, imbalance => $formula, mirror => CRSBridge::Mirror->new };
