@@ -121,7 +121,7 @@ def load(node: NodeStats) -> float:
     return (cpu_load(node) + mem_load(node)) / 2.0
 
 
-def imbalance_of_loads(loads: Sequence[float], formula: str = "normalized") -> float:
+def imbalance_of_loads(loads: Sequence[float], formula: str = "raw") -> float:
     """Coefficient of variation of ``loads``; 'normalized' divides it by sqrt(n - 1)."""
     n = len(loads)
     if formula == "normalized" and n < 2:
@@ -144,7 +144,7 @@ def imbalance_of_loads(loads: Sequence[float], formula: str = "normalized") -> f
     return cv
 
 
-def imbalance(view: View, formula: str = "normalized") -> float:
+def imbalance(view: View, formula: str = "raw") -> float:
     """Imbalance of a view's node loads, in node order."""
     return imbalance_of_loads([load(stats) for _, stats in view], formula)
 
@@ -306,7 +306,7 @@ def what_if(view: View, migration: Migration, stats: ResourceStats) -> View:
     return out
 
 
-def migration_imbalance(view: View, candidate: Candidate, formula: str = "normalized") -> float:
+def migration_imbalance(view: View, candidate: Candidate, formula: str = "raw") -> float:
     """Truncated imbalance after one candidate's migration."""
     return truncate(imbalance(what_if(view, *candidate), formula))
 
@@ -321,7 +321,7 @@ def order_key(scored: Scored) -> tuple:
     )
 
 
-def bruteforce(view: View, candidates: Sequence[Candidate], limit: int, formula: str = "normalized") -> list[Scored]:
+def bruteforce(view: View, candidates: Sequence[Candidate], limit: int, formula: str = "raw") -> list[Scored]:
     """The ``limit`` smallest (imbalance, sid, source, target), best first."""
     scored = [(c[0], migration_imbalance(view, c, formula)) for c in candidates]
     return sorted(scored, key=order_key)[:limit]
@@ -382,7 +382,7 @@ def topsis_rank(scores: Sequence[float]) -> list[int]:
     return sorted(range(len(scores)), key=lambda i: total_order_key(scores[i]), reverse=True)
 
 
-def topsis(view: View, candidates: Sequence[Candidate], limit: int, formula: str = "normalized") -> list[Scored]:
+def topsis(view: View, candidates: Sequence[Candidate], limit: int, formula: str = "raw") -> list[Scored]:
     """First ``limit`` candidates in TOPSIS rank order, each with its truncated imbalance."""
     matrix = [alternative(what_if(view, *c)) for c in candidates]
     ranked = topsis_rank(topsis_scores(matrix))[:limit]
@@ -410,7 +410,7 @@ def start_scores(view: View, stats: ResourceStats) -> list[tuple[str, float]]:
 
 
 def select_best(
-    view: View, candidates: Sequence[Candidate], formula: str = "normalized", threshold: float | None = None
+    view: View, candidates: Sequence[Candidate], formula: str = "raw", threshold: float | None = None
 ) -> Scored | None:
     """First candidate in input order with truncated imbalance <= ``threshold``, else the best."""
     if threshold is not None:

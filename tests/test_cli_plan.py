@@ -128,14 +128,13 @@ def test_explain_text_names_the_choice_and_the_runner_up(server):
 
 
 def test_explain_json_says_why_nothing_moves(server):
-    done = run("explain", CLUSTER, "--threshold", "0.9", "--method", "topsis", "--json")
+    done = run("explain", CLUSTER, "--threshold", "0.9", "--method", "topsis", "--imbalance", "normalized", "--json")
     assert done.returncode == 0, done.stderr
-    expected = server.call(
-        "explain_migrations", {**CLUSTER_PARAMS, "method": "topsis", "threshold": 0.9, "margin": 0.1}
-    )
+    params = {**CLUSTER_PARAMS, "method": "topsis", "imbalance": "normalized", "threshold": 0.9, "margin": 0.1}
+    expected = server.call("explain_migrations", params)
     assert json.loads(done.stdout) == expected
     assert expected["reason"] == "threshold-reached"
-    text = run("explain", CLUSTER, "--threshold", "0.9")
+    text = run("explain", CLUSTER, "--threshold", "0.9", "--imbalance", "normalized")
     words = " ".join(text.stdout.split())  # the decision is wrapped to the terminal width
     assert "nothing needs to move" in words and "Best:" in words
 

@@ -194,7 +194,7 @@ def test_bridge_info(bridge):
     assert info["version"] == metadata.version("crs-bridge")
     assert set(info["upstream"]["crate"]) == {"2.0.0", "2.1.0"}
     assert info["upstream"]["libpve-rs-perl"] == "0.13.0"
-    assert set(info["imbalance_formulas"]) == {"normalized", "raw"} and info["default_imbalance"] == "normalized"
+    assert set(info["imbalance_formulas"]) == {"normalized", "raw"} and info["default_imbalance"] == "raw"
     assert set(info["framings"]) == {"ndjson", "content-length"}
     assert info["limits"]["max_message_bytes"] > 0
     live = info["schedulers"]

@@ -74,12 +74,12 @@ def load(bridge, usage, imbalance="normalized"):
 
 
 def test_reference_imbalance_both_formulas(rpc):
-    assert rpc("calculate_node_imbalance", {"usage": REF_USAGE}) == 0.3460548572604576
-    assert rpc("calculate_node_imbalance", {"usage": REF_USAGE, "imbalance": "raw"}) == 0.4893954724628247
+    assert rpc("calculate_node_imbalance", {"usage": REF_USAGE}) == 0.4893954724628247  # raw by default
+    assert rpc("calculate_node_imbalance", {"usage": REF_USAGE, "imbalance": "normalized"}) == 0.3460548572604576
 
 
 def test_reference_bruteforce_and_topsis_order(rpc):
-    params = {"usage": REF_USAGE, "candidates": REF_CANDIDATES, "limit": 5}
+    params = {"usage": REF_USAGE, "candidates": REF_CANDIDATES, "limit": 5, "imbalance": "normalized"}
     brute = rpc("score_best_balancing_migrations", params)
     assert targets(brute) == ["node3", "node2"]
     assert [s["imbalance"] for s in brute] == [0.422346017431863, 0.511933196160907]
@@ -166,7 +166,7 @@ def test_per_call_formula_overrides_a_schedulers_own_without_changing_it(rpc, br
 
 
 def test_select_threshold_takes_first_candidate_in_input_order(rpc):
-    params = {"usage": REF_USAGE, "candidates": REF_CANDIDATES}
+    params = {"usage": REF_USAGE, "candidates": REF_CANDIDATES, "imbalance": "normalized"}
     # ->node2 (0.5119...) comes first in input order and is under a threshold of 0.6.
     assert targets([rpc("select_best_balancing_migration", {**params, "imbalance_threshold": 0.6})]) == ["node2"]
     # Nothing at or under 0.1: the best (->node3).

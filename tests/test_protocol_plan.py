@@ -181,7 +181,7 @@ def test_allow_repeat_and_no_candidates(rpc):
     assert empty["steps"] == [] and empty["stop-reason"] == "no-candidates"
 
 
-def dynamic_handle(bridge, formula="normalized") -> str:
+def dynamic_handle(bridge, formula="raw") -> str:
     """A live scheduler holding USAGE, built call by call."""
     handle = bridge.call("scheduler.new", {"mode": "dynamic", "imbalance": formula})["scheduler"]
     for n in USAGE["nodes"]:
@@ -215,7 +215,7 @@ def test_imbalance_formula_on_a_handle_does_not_change_the_handle(bridge, rpc):
     assert raw == rpc("plan_rebalance", {"usage": USAGE, "candidates": CANDIDATES, "imbalance": "raw"})
     assert raw["imbalance-formula"] == "raw"
     assert raw["before"]["imbalance"] == rpc("calculate_node_imbalance", {"usage": USAGE, "imbalance": "raw"})
-    normalized = rpc("calculate_node_imbalance", {"usage": USAGE})
+    normalized = rpc("calculate_node_imbalance", {"usage": USAGE, "imbalance": "normalized"})
     assert bridge.call("scheduler.calculate_node_imbalance", [handle]) == normalized != raw["before"]["imbalance"]
     bridge.call("scheduler.free", [handle])
 
@@ -346,7 +346,7 @@ def test_explanation_of_expanded_candidates_and_of_a_handle(bridge, rpc):
 @pytest.mark.parametrize(
     ("options", "reason"),
     [
-        ({"threshold": 0.9}, "threshold-reached"),
+        ({"threshold": 1.5}, "threshold-reached"),  # raw: the imbalance is 1.01
         ({"margin": 0.9}, "margin-not-reached"),
         ({"candidates": []}, "no-candidates"),
         ({"threshold": 0.3, "margin": 0.1}, "migrate"),

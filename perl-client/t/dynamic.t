@@ -124,7 +124,7 @@ subtest 'remove_resource' => sub {
 subtest 'calculate_node_imbalance' => sub {
     my $d = cluster();
     $d->add_resource('vm:1', resource('C', running => 0));
-    my $expected = reference_imbalance([ map { [ @$_[1 .. 4] ] } @NODES ], 'normalized');
+    my $expected = reference_imbalance([ map { [ @$_[1 .. 4] ] } @NODES ], 'raw');
     cmp_ok(abs($d->calculate_node_imbalance - $expected), '<', 1e-12, 'measured node usage only');
 };
 
@@ -142,7 +142,7 @@ subtest 'score_best_balancing_migration_candidates[_topsis]' => sub {
     my ($a, $b, $c) = @NODES;
     my $expected = reference_imbalance(
         [ [ $a->[1] - 1.5, 16, $a->[3] - 2 * GiB, 64 * GiB ], [ $b->[1] + 1.5, 16, $b->[3] + 2 * GiB, 64 * GiB ],
-          [ @$c[1 .. 4] ] ], 'normalized');
+          [ @$c[1 .. 4] ] ], 'raw');
     my ($to_b) = grep { $_->{migration}{'target-node'} eq 'B' && $_->{migration}{sid} eq 'vm:1' }
         @{ $d->score_best_balancing_migration_candidates($candidates, 4) };
     cmp_ok(abs($to_b->{imbalance} - $expected), '<', 1e-12, 'what-if imbalance of a move');

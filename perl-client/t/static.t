@@ -158,7 +158,7 @@ subtest 'add_service_usage_to_node (legacy)' => sub {
         "missing required parameter: 'service_stats'\n", 'arity');
     # A (10 cores, 100e9 B) and B (20, 200e9) both carry vm:1 (4 cores, 20e9 B), C nothing.
     my $expected = reference_imbalance([ [ 4, 10, 20e9, 100e9 ], [ 4, 20, 20e9, 200e9 ], [ 0, 30, 0, 300e9 ] ],
-        'normalized');
+        'raw');
     cmp_ok(abs($s->calculate_node_imbalance - $expected), '<', 1e-12, 'a moving service loads both nodes');
 };
 
@@ -203,7 +203,7 @@ subtest 'calculate_node_imbalance' => sub {
     $s->add_service('vm:1', service('A'));
     $s->add_service('vm:2', { stats => { maxcpu => 0, maxmem => GiB }, running => 0, 'current-node' => 'B' });
     my $expected = reference_imbalance(
-        [ [ 2, 10, 4 * GiB, 100e9 ], [ 20, 20, GiB, 200e9 ], [ 0, 30, 0, 300e9 ] ], 'normalized');
+        [ [ 2, 10, 4 * GiB, 100e9 ], [ 20, 20, GiB, 200e9 ], [ 0, 30, 0, 300e9 ] ], 'raw');
     cmp_ok(abs($s->calculate_node_imbalance - $expected), '<', 1e-12,
         'services at their limits; maxcpu 0 counts all cores; running ignored');
     is(error_of { $s->calculate_node_imbalance(1) },
