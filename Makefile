@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(abspath $(VENV))/bin
 
-.PHONY: setup bytecode demo test pytest prove bench lint
+.PHONY: setup bytecode demo test pytest prove wheel-test bench lint
 
 setup: $(VENV)/.installed
 
@@ -24,13 +24,17 @@ bytecode:
 demo: setup
 	$(BIN)/crs-bridge call score_best_balancing_migrations @examples/dynamic-cluster.json
 
-test: pytest prove
+test: pytest prove wheel-test
 
 pytest: setup
 	$(PY) -m pytest -q
 
 prove: setup
 	PATH=$(BIN):$$PATH prove -r perl-client/t
+
+# The public client from a built wheel in a throwaway venv (dependencies from PyPI; ~15 s).
+wheel-test:
+	tests/public/run_from_wheel.sh
 
 bench: setup bytecode
 	$(PY) benchmarks/bench_core.py
