@@ -21,8 +21,14 @@ $(VENV)/.installed: pyproject.toml
 bytecode:
 	$(PY) -m compileall -q core bridge >/dev/null
 
+# What HA's next round would do on a sample cluster and why, in words; then the scorer's answer as JSON.
 demo: setup
-	$(BIN)/crs-bridge call score_best_balancing_migrations @examples/dynamic-cluster.json
+	@echo '$$ $(VENV)/bin/crs-bridge explain @examples/dynamic-cluster.json'
+	@$(BIN)/crs-bridge explain @examples/dynamic-cluster.json
+	@echo
+	@echo '$$ $(VENV)/bin/crs-bridge call score_best_balancing_migrations @examples/dynamic-cluster.json'
+	@echo '# the best 3 moves as JSON, lowest imbalance (coefficient of variation of node loads) after the move first'
+	@$(BIN)/crs-bridge call score_best_balancing_migrations @examples/dynamic-cluster.json
 
 test: pytest prove wheel-test
 
