@@ -177,7 +177,7 @@ def test_load_bars_fit_the_width_and_cut_long_names():
 def test_readme_shows_the_real_output_of_the_worked_example():
     readme = (ROOT / "README.md").read_text()
     for command in ("plan", "explain"):
-        prompt = f"    $ crs-bridge {command} {CLUSTER}\n"
+        prompt = f"    $ .venv/bin/crs-bridge {command} {CLUSTER}\n"
         assert prompt in readme
         block = readme.split(prompt, 1)[1].split("\n\n    $ ", 1)[0].split("\n\n`", 1)[0]
         shown = [line.removeprefix("    ") for line in block.splitlines()]
