@@ -125,9 +125,8 @@ def _call(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:  # ValueError: not JSON, or (UnicodeDecodeError) not UTF-8
         _say(args, f"cannot read PARAMS: {exc}")
         return EXIT_USAGE
-    if args.params and args.params.startswith("@") and isinstance(params, dict):
-        params = _params_taken(args, params)
-    status, result = _remote_call(args, args.method, params)
+    from_file = args.params is not None and args.params.startswith("@")
+    status, result = _remote_call(args, args.method, params, from_file)
     if status == EXIT_OK:
         _print_json(result)
     return status
@@ -156,47 +155,6 @@ def _read_params(text: str | None) -> Any:
         raise
 
 
-def _params_taken(args: argparse.Namespace, params: dict) -> dict:
-    """``params`` read from a file without the keys the method does not take but another method
-    does (a cluster file holds the params of several methods), saying which; other unknown keys
-    stay, for the server to name. Unchanged if the methods cannot be listed."""
-    methods = _discovered(args.trace)
-    if methods is None or args.method not in methods:
-        return params
-    taken = _param_names(methods[args.method])
-    known = set().union(*map(_param_names, methods.values()))
-    left_out = [key for key in params if key not in taken and key in known]
-    if left_out:
-        them = "them" if len(left_out) > 1 else "it"
-        _say(args, f"not sent from {args.params[1:]}: {', '.join(left_out)} ({args.method} does not take {them})")
-    return {key: value for key, value in params.items() if key not in left_out}
-
-
-def _param_names(method: dict) -> set[str]:
-    return {param["name"] for param in method["params"]}
-
-
-@functools.cache
-def _discovered(trace: str | None) -> dict[str, dict] | None:
-    """The server's methods by name (its ``rpc.discover`` document), or None without an answer."""
-    response, _ = _one_request(_request("rpc.discover", None), trace)
-    if response is None or "result" not in response:
-        return None
-    return {method["name"]: method for method in response["result"]["methods"]}
-
-
-def _did_you_mean(name: str, names: Sequence[str]) -> str:
-    """A hint naming up to three methods whose names, or their part after ``scheduler.``, are
-    close to ``name`` (difflib's ratio of at least 0.6)."""
-    full_names: dict[str, str] = {}
-    for full in names:
-        full_names.setdefault(full, full)
-        full_names.setdefault(full.removeprefix("scheduler."), full)
-    close = dict.fromkeys(full_names[match] for match in difflib.get_close_matches(name, list(full_names), n=3))
-    hint = f"did you mean {', '.join(close)}? " if close else ""
-    return f"{hint}('crs-bridge methods' lists them all)"
-
-
 def _json_loads(text: str | bytes) -> Any:
     """JSON text as Python values; integers beyond 64 bits stay integers (orjson reads them as
     floats, so a text that may hold one, a run of 20 digits, is read by the json module)."""
@@ -213,45 +171,99 @@ def _json_dumps(value: Any, indent: bool = False) -> str:
         return json.dumps(value, ensure_ascii=False, indent=2 if indent else None)
 
 
-def _request(method: str, params: Any) -> bytes:
-    request: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": method}
-    if params is not None:
-        request["params"] = params
-    return _json_dumps(request).encode()
+class _Server:
+    """A fresh server for one command (``--trace`` passed on; its stderr is the command's), asked
+    one request at a time; :attr:`methods` asks it for its methods when first needed."""
+
+    def __init__(self, trace: str | None) -> None:
+        from ..client import BridgeClient
+
+        command = [sys.executable, "-P", "-m", "crs_bridge", "serve", *(["--trace", trace] if trace else [])]
+        self.client = BridgeClient(command=command, timeout=None, capture_stderr=False)
+
+    def ask(self, method: str, params: Any) -> dict | None:
+        """The response to one request, or None if the server ended without answering."""
+        request: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": method}
+        if params is not None:
+            request["params"] = params
+        try:
+            self.client.send_raw(_json_dumps(request).encode())
+            return _json_loads(self.client.read_raw()[1])
+        except (EOFError, BrokenPipeError):
+            return None
+
+    @functools.cached_property
+    def methods(self) -> dict[str, dict] | None:
+        """The server's methods by name (its ``rpc.discover`` document), or None without an answer."""
+        response = self.ask("rpc.discover", None)
+        if response is None or "result" not in response:
+            return None
+        return {method["name"]: method for method in response["result"]["methods"]}
+
+    def __enter__(self) -> _Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.__exit__(*exc)
 
 
-def _remote_call(args: argparse.Namespace, method: str, params: Any) -> tuple[int, Any]:
+def _remote_call(args: argparse.Namespace, method: str, params: Any, from_file: bool = False) -> tuple[int, Any]:
     """Send one request to a fresh server: (EXIT_OK, result), or an exit status and None after
     printing the error (or the lack of an answer) on stderr, with the close method names when
-    the method is unknown."""
-    response, exit_status = _one_request(_request(method, params), args.trace)
-    if response is None:
-        _say(args, f"the server gave no answer (exit status {exit_status})")
-        return EXIT_NO_ANSWER, None
-    if "error" not in response:
-        return EXIT_OK, response.get("result")
-    error = response["error"]
-    _say(args, f"error {error.get('code')}: {error.get('message')}")
-    if "data" in error:
-        print(_json_dumps(error["data"], indent=True), file=sys.stderr)
-    methods = _discovered(args.trace) if error.get("code") == -32601 else None
-    if methods and method not in methods:
-        _say(args, _did_you_mean(method, list(methods)))
-    return EXIT_RPC_ERROR, None
+    the method is unknown. ``from_file``: params from a file, see :func:`_params_taken`."""
+    with _Server(args.trace) as server:
+        if from_file and isinstance(params, dict):
+            params = _params_taken(args, method, params, server.methods)
+        response = server.ask(method, params)
+        if response is None:
+            _say(args, f"the server gave no answer (exit status {server.client.close()})")
+            return EXIT_NO_ANSWER, None
+        if "error" not in response:
+            return EXIT_OK, response.get("result")
+        error = response["error"]
+        _say(args, f"error {error.get('code')}: {error.get('message')}")
+        if "data" in error:
+            print(_json_dumps(error["data"], indent=True), file=sys.stderr)
+        methods = server.methods if error.get("code") == -32601 else None
+        if methods and method not in methods:
+            _say(args, _did_you_mean(method, list(methods)))
+        return EXIT_RPC_ERROR, None
+
+
+def _params_taken(args: argparse.Namespace, method: str, params: dict, methods: dict[str, dict] | None) -> dict:
+    """``params`` read from a file without the keys ``method`` does not take but another method
+    does (a cluster file holds the params of several methods), saying which; other unknown keys
+    stay, for the server to name. Unchanged if the methods are unknown (or ``method`` is)."""
+    if methods is None or method not in methods:
+        return params
+    taken = _param_names(methods[method])
+    known = set().union(*map(_param_names, methods.values()))
+    left_out = [key for key in params if key not in taken and key in known]
+    if left_out:
+        them = "them" if len(left_out) > 1 else "it"
+        source = "standard input" if args.params == "@-" else args.params[1:]
+        _say(args, f"not sent from {source}: {', '.join(left_out)} ({method} does not take {them})")
+    return {key: value for key, value in params.items() if key not in left_out}
+
+
+def _param_names(method: dict) -> set[str]:
+    return {param["name"] for param in method["params"]}
+
+
+def _did_you_mean(name: str, names: Sequence[str]) -> str:
+    """A hint naming up to three methods whose names, or their part after ``scheduler.``, are
+    close to ``name`` (difflib's ratio of at least 0.6)."""
+    full_names: dict[str, str] = {}
+    for full in names:
+        full_names.setdefault(full, full)
+        full_names.setdefault(full.removeprefix("scheduler."), full)
+    close = dict.fromkeys(full_names[match] for match in difflib.get_close_matches(name, list(full_names), n=3))
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    return f"{hint}('crs-bridge methods' lists them all)"
 
 
 def _print_json(value: Any) -> None:
     sys.stdout.write(_json_dumps(value, indent=True) + "\n")
-
-
-def _one_request(request: bytes, trace: str | None) -> tuple[dict | None, int]:
-    """The answer of a fresh server to one request (None if none came) and its exit status."""
-    import subprocess  # here, not at the top: `serve` never needs it and starts faster without
-
-    command = [sys.executable, "-P", "-m", "crs_bridge", "serve"] + (["--trace", trace] if trace else [])
-    done = subprocess.run(command, input=request + b"\n", stdout=subprocess.PIPE, check=False)
-    lines = [line for line in done.stdout.splitlines() if line.strip()]
-    return (_json_loads(lines[0]) if lines else None), done.returncode
 
 
 def _methods(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ Usage::
         s.add_node("node2", 16, 64 << 30)
         s.add_service("vm:100", {"stats": {"maxcpu": 4.0, "maxmem": 8 << 30},
                                  "running": True, "current-node": "node1"})
-        s.calculate_node_imbalance()                  # 0.2857142857142857 (raw formula)
+        s.calculate_node_imbalance()                  # 1.0 (raw: all load on one of two nodes)
         try:
             s.add_node("node1", 16, 64 << 30)
         except RpcError as err:                       # err.code -32000, err.message
@@ -89,24 +89,27 @@ class BridgeClient:
 
     ``args``: extra words after the server command (``serve``'s flags). ``command``: the whole
     server command instead of :func:`server_command`'s. ``framing``: :data:`NDJSON` or
-    :data:`CONTENT_LENGTH` for every message sent. ``timeout``: seconds to wait for an answer.
-    ``cwd``, ``env``: of the server process (default: this process's).
+    :data:`CONTENT_LENGTH` for every message sent. ``timeout``: seconds to wait for an answer
+    (None: no limit). ``cwd``, ``env``: of the server process (default: this process's).
+    ``capture_stderr``: keep the server's stderr for :meth:`stderr`; False lets it write to this
+    process's stderr.
     """
 
     def __init__(
         self,
         args: Sequence[str] = (),
         framing: str = NDJSON,
-        timeout: float = 30.0,
+        timeout: float | None = 30.0,
         command: Sequence[str] | None = None,
         cwd: str | os.PathLike | None = None,
         env: dict[str, str] | None = None,
+        capture_stderr: bool = True,
     ) -> None:
         self.framing = framing
         self.timeout = timeout
         self._ids = itertools.count(1)
         self._buf = b""
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in __exit__)
+        self._stderr = tempfile.TemporaryFile() if capture_stderr else None  # noqa: SIM115 (closed in __exit__)
         self.process = subprocess.Popen(
             [*(command or server_command()), *args],
             stdin=subprocess.PIPE,
@@ -228,7 +231,9 @@ class BridgeClient:
         return self.process.wait(timeout or self.timeout)
 
     def stderr(self) -> str:
-        """Everything the server wrote to stderr so far (its logs)."""
+        """Everything the server wrote to stderr so far (its logs; "" when not captured)."""
+        if self._stderr is None:
+            return ""
         self._stderr.seek(0)
         return self._stderr.read().decode("utf-8", "replace")
 
@@ -242,7 +247,8 @@ class BridgeClient:
             self.process.kill()
             self.process.wait()
         self.process.stdout.close()
-        self._stderr.close()
+        if self._stderr is not None:
+            self._stderr.close()
 
 
 class Scheduler:
