@@ -5,7 +5,7 @@
 ``crs-bridge call METHOD [PARAMS]``
     Start a server, send one request, print the answer. PARAMS is inline JSON or ``@file``
     (``@-``: standard input). The result is pretty-printed on stdout (exit 0); an error is
-    printed on stderr as ``error CODE: MESSAGE`` plus its data (exit 1). Exit 2: bad command
+    printed on stderr as ``crs-bridge call: error CODE: MESSAGE`` plus its data (exit 1). Exit 2: bad command
     line or unreadable PARAMS; exit 3: the server gave no answer. An unknown method is answered
     with the close names; PARAMS read from a file (a cluster file holds the params of several
     methods) lose the keys the method does not take but another method does, with a note.
@@ -414,13 +414,18 @@ def _percentages(args: argparse.Namespace, params: dict) -> list[str]:
     problems = []
     for key in _FRACTIONS:
         value = params.get(key)
-        if isinstance(value, int | float) and value > 1:
-            given = f"--{key} {value:g}" if getattr(args, key) is not _UNSET else f"'{key}': {value:g} in CLUSTER"
-            meant = f"--{key} {value / 100:g}" if given.startswith("--") else f"'{key}': {value / 100:g}"
-            problems.append(
-                f"{given} reads as a percentage ({key}s are fractions here, datacenter.cfg writes percent): "
-                f"did you mean {meant}?"
-            )
+        if not (isinstance(value, int | float) and value > 1):
+            continue
+        on_command_line = getattr(args, key) is not _UNSET
+
+        def shown(number: float, key: str = key, flag: bool = on_command_line) -> str:
+            return f"--{key} {number:g}" if flag else f"'{key}': {number:g}"
+
+        where = "" if on_command_line else " in CLUSTER"
+        problems.append(
+            f"{shown(value)}{where} reads as a percentage ({key}s are fractions here, datacenter.cfg "
+            f"writes percent): did you mean {shown(value / 100)}?"
+        )
     return problems
 
 

@@ -10,6 +10,7 @@ and ends in ``>`` when the node is overcommitted.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 
 #: Terminal width the text is laid out for.
@@ -199,7 +200,8 @@ def methods_text(methods: Iterable[dict]) -> str:
     lines = []
     for method in methods:
         lines += [method["name"], *_wrapped(f"    {method['summary']}", indent=4)]
-    lines += ["", "'crs-bridge methods NAME' shows a method's params; 'crs-bridge call NAME PARAMS' calls it."]
+    usage = "'crs-bridge methods NAME' shows a method's params; 'crs-bridge call NAME PARAMS' calls it."
+    lines += ["", *_wrapped(usage)]
     return "\n".join(lines) + "\n"
 
 
@@ -227,7 +229,7 @@ def _type_name(schema: dict) -> str:
     if "$ref" in schema:
         return schema["$ref"].rsplit("/", 1)[-1]
     if "enum" in schema:
-        return "|".join(map(repr, schema["enum"])).replace("'", '"')
+        return "|".join(map(json.dumps, schema["enum"]))
     choices = schema.get("anyOf") or schema.get("oneOf")
     if choices:
         return " or ".join(dict.fromkeys(map(_type_name, choices)))
