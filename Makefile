@@ -38,7 +38,7 @@ pytest: setup
 prove: setup
 	PATH=$(BIN):$$PATH prove -r perl-client/t
 
-# The public client from a built wheel in a throwaway venv (dependencies from PyPI; ~15 s).
+# The public client from a built wheel in a throwaway venv (dependencies from PyPI; 15 to 30 s).
 wheel-test:
 	tests/public/run_from_wheel.sh
 
