@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(abspath $(VENV))/bin
 
-.PHONY: setup bytecode demo test pytest prove bench lint
+.PHONY: setup bytecode demo test pytest prove wheel-test bench lint
 
 setup: $(VENV)/.installed
 
@@ -21,16 +21,26 @@ $(VENV)/.installed: pyproject.toml
 bytecode:
 	$(PY) -m compileall -q core bridge >/dev/null
 
+# What HA's next round would do on a sample cluster and why, in words; then the scorer's answer as JSON.
 demo: setup
-	$(BIN)/crs-bridge call score_best_balancing_migrations @examples/dynamic-cluster.json
+	@echo '$$ $(VENV)/bin/crs-bridge explain @examples/dynamic-cluster.json'
+	@$(BIN)/crs-bridge explain @examples/dynamic-cluster.json
+	@echo
+	@echo '$$ $(VENV)/bin/crs-bridge call score_best_balancing_migrations @examples/dynamic-cluster.json'
+	@echo '# the best 3 moves as JSON, lowest imbalance (coefficient of variation of node loads) after the move first'
+	@$(BIN)/crs-bridge call score_best_balancing_migrations @examples/dynamic-cluster.json
 
-test: pytest prove
+test: pytest prove wheel-test
 
 pytest: setup
 	$(PY) -m pytest -q
 
 prove: setup
 	PATH=$(BIN):$$PATH prove -r perl-client/t
+
+# The public client from a built wheel in a throwaway venv (dependencies from PyPI; 15 to 30 s).
+wheel-test:
+	tests/public/run_from_wheel.sh
 
 bench: setup bytecode
 	$(PY) benchmarks/bench_core.py

@@ -5,8 +5,12 @@
 ``crs-bridge call METHOD [PARAMS]``
     Start a server, send one request, print the answer. PARAMS is inline JSON or ``@file``
     (``@-``: standard input). The result is pretty-printed on stdout (exit 0); an error is
-    printed on stderr as ``error CODE: MESSAGE`` plus its data (exit 1). Exit 2: bad command
-    line or unreadable PARAMS; exit 3: the server gave no answer.
+    printed on stderr as ``crs-bridge call: error CODE: MESSAGE`` plus its data (exit 1). Exit 2: bad command
+    line or unreadable PARAMS; exit 3: the server gave no answer. An unknown method is answered
+    with the close names; PARAMS read from a file (a cluster file holds the params of several
+    methods) lose the keys the method does not take but another method does, with a note.
+``crs-bridge methods [NAME]``
+    List the methods with their summaries, or one method's params (from ``rpc.discover``).
 ``crs-bridge plan CLUSTER [--method M] [--threshold F] [--margin F] [--max-steps N] [--allow-repeat] [--json]``
     Dry-run the HA manager's rebalancing (``plan_rebalance``): the steps as a table and every
     node's load bar before and after. ``crs-bridge explain CLUSTER [...]``: why the scorer picks
@@ -14,16 +18,20 @@
     ``@-`` or inline JSON shaped like ``examples/dynamic-cluster.json`` (``usage``,
     ``candidates``, options); flags override the file's options. Both go through a fresh server
     like ``call`` (one validation path, the same numbers as the RPC methods); ``--json`` prints
-    the result as JSON; exit codes as ``call``.
+    the result as JSON; exit codes as ``call``. A threshold or margin that reads as a percentage
+    (30, as datacenter.cfg writes it) is refused, naming the fraction meant (0.3).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
+import functools
 import json
 import logging
 import math
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -31,6 +39,7 @@ from typing import Any
 
 import orjson
 
+from . import __version__
 from .limits import HELP, ServerLimits, env_var, flag, limits_from_env
 
 _LOG_FORMAT = "crs-bridge[%(process)d] %(levelname)s: %(message)s"
@@ -50,6 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="crs-bridge", description="Proxmox VE's CRS over JSON-RPC 2.0 on stdio.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="serve JSON-RPC on stdin/stdout")
@@ -66,6 +76,11 @@ def _parser() -> argparse.ArgumentParser:
     call.add_argument("params", nargs="?", help="params as inline JSON, or @FILE (@- for stdin)")
     _common_options(call)
     call.set_defaults(run=_call)
+
+    methods = commands.add_parser("methods", help="list the methods with their summaries, or one method's params")
+    methods.add_argument("name", nargs="?", help="show this method's params")
+    _common_options(methods)
+    methods.set_defaults(run=_methods)
     _add_plan_commands(commands)
     return parser
 
@@ -108,12 +123,18 @@ def _call(args: argparse.Namespace) -> int:
     try:
         params = _read_params(args.params)
     except (OSError, ValueError) as exc:  # ValueError: not JSON, or (UnicodeDecodeError) not UTF-8
-        print(f"crs-bridge call: cannot read PARAMS: {exc}", file=sys.stderr)
+        _say(args, f"cannot read PARAMS: {exc}")
         return EXIT_USAGE
-    status, result = _remote_call(args.method, params, args.trace)
+    from_file = args.params is not None and args.params.startswith("@")
+    status, result = _remote_call(args, args.method, params, from_file)
     if status == EXIT_OK:
         _print_json(result)
     return status
+
+
+def _say(args: argparse.Namespace, text: str) -> None:
+    """One line on stderr, prefixed with the command that says it (``crs-bridge plan: ...``)."""
+    print(f"crs-bridge {args.command}: {text}", file=sys.stderr)
 
 
 def _read_params(text: str | None) -> Any:
@@ -126,7 +147,12 @@ def _read_params(text: str | None) -> Any:
         else:
             with open(source, encoding="utf-8") as file:
                 text = file.read()
-    return _json_loads(text)
+    try:
+        return _json_loads(text)
+    except ValueError:
+        if os.path.isfile(text):
+            raise ValueError(f"{text!r} is the name of a file: write @{text} to read it") from None
+        raise
 
 
 def _json_loads(text: str | bytes) -> Any:
@@ -145,48 +171,129 @@ def _json_dumps(value: Any, indent: bool = False) -> str:
         return json.dumps(value, ensure_ascii=False, indent=2 if indent else None)
 
 
-def _remote_call(method: str, params: Any, trace: str | None) -> tuple[int, Any]:
+class _Server:
+    """A fresh server for one command (``--trace`` passed on; its stderr is the command's), asked
+    one request at a time; :attr:`methods` asks it for its methods when first needed."""
+
+    def __init__(self, trace: str | None) -> None:
+        from ..client import BridgeClient
+
+        command = [sys.executable, "-P", "-m", "crs_bridge", "serve", *(["--trace", trace] if trace else [])]
+        self.client = BridgeClient(command=command, timeout=None, capture_stderr=False)
+
+    def ask(self, method: str, params: Any) -> dict | None:
+        """The response to one request, or None if the server ended without answering."""
+        request: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": method}
+        if params is not None:
+            request["params"] = params
+        try:
+            self.client.send_raw(_json_dumps(request).encode())
+            return _json_loads(self.client.read_raw()[1])
+        except (EOFError, BrokenPipeError):
+            return None
+
+    @functools.cached_property
+    def methods(self) -> dict[str, dict] | None:
+        """The server's methods by name (its ``rpc.discover`` document), or None without an answer."""
+        response = self.ask("rpc.discover", None)
+        if response is None or "result" not in response:
+            return None
+        return {method["name"]: method for method in response["result"]["methods"]}
+
+    def __enter__(self) -> _Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.__exit__(*exc)
+
+
+def _remote_call(args: argparse.Namespace, method: str, params: Any, from_file: bool = False) -> tuple[int, Any]:
     """Send one request to a fresh server: (EXIT_OK, result), or an exit status and None after
-    printing the error (or the lack of an answer) on stderr."""
-    request: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": method}
-    if params is not None:
-        request["params"] = params
-    response = _one_request(_json_dumps(request).encode(), trace)
-    if response is None:
-        return EXIT_NO_ANSWER, None
-    if "error" in response:
-        _print_error(response["error"])
+    printing the error (or the lack of an answer) on stderr, with the close method names when
+    the method is unknown. ``from_file``: params from a file, see :func:`_params_taken`."""
+    with _Server(args.trace) as server:
+        if from_file and isinstance(params, dict):
+            params = _params_taken(args, method, params, server.methods)
+        response = server.ask(method, params)
+        if response is None:
+            _say(args, f"the server gave no answer (exit status {server.client.close()})")
+            return EXIT_NO_ANSWER, None
+        if "error" not in response:
+            return EXIT_OK, response.get("result")
+        error = response["error"]
+        _say(args, f"error {error.get('code')}: {error.get('message')}")
+        if "data" in error:
+            print(_json_dumps(error["data"], indent=True), file=sys.stderr)
+        methods = server.methods if error.get("code") == -32601 else None
+        if methods and method not in methods:
+            _say(args, _did_you_mean(method, list(methods)))
         return EXIT_RPC_ERROR, None
-    return EXIT_OK, response.get("result")
+
+
+def _params_taken(args: argparse.Namespace, method: str, params: dict, methods: dict[str, dict] | None) -> dict:
+    """``params`` read from a file without the keys ``method`` does not take but another method
+    does (a cluster file holds the params of several methods), saying which; other unknown keys
+    stay, for the server to name. Unchanged if the methods are unknown (or ``method`` is)."""
+    if methods is None or method not in methods:
+        return params
+    taken = _param_names(methods[method])
+    known = set().union(*map(_param_names, methods.values()))
+    left_out = [key for key in params if key not in taken and key in known]
+    if left_out:
+        them = "them" if len(left_out) > 1 else "it"
+        source = "standard input" if args.params == "@-" else args.params[1:]
+        _say(args, f"not sent from {source}: {', '.join(left_out)} ({method} does not take {them})")
+    return {key: value for key, value in params.items() if key not in left_out}
+
+
+def _param_names(method: dict) -> set[str]:
+    return {param["name"] for param in method["params"]}
+
+
+def _did_you_mean(name: str, names: Sequence[str]) -> str:
+    """A hint naming up to three methods whose names, or their part after ``scheduler.``, are
+    close to ``name`` (difflib's ratio of at least 0.6)."""
+    full_names: dict[str, str] = {}
+    for full in names:
+        full_names.setdefault(full, full)
+        full_names.setdefault(full.removeprefix("scheduler."), full)
+    close = dict.fromkeys(full_names[match] for match in difflib.get_close_matches(name, list(full_names), n=3))
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    return f"{hint}('crs-bridge methods' lists them all)"
 
 
 def _print_json(value: Any) -> None:
     sys.stdout.write(_json_dumps(value, indent=True) + "\n")
 
 
-def _one_request(request: bytes, trace: str | None) -> dict | None:
-    import subprocess  # here, not at the top: `serve` never needs it and starts faster without
+def _methods(args: argparse.Namespace) -> int:
+    from .render import method_text, methods_text
 
-    command = [sys.executable, "-P", "-m", "crs_bridge", "serve"] + (["--trace", trace] if trace else [])
-    done = subprocess.run(command, input=request + b"\n", stdout=subprocess.PIPE, check=False)
-    lines = [line for line in done.stdout.splitlines() if line.strip()]
-    if not lines:
-        print(f"crs-bridge call: the server gave no answer (exit status {done.returncode})", file=sys.stderr)
-        return None
-    return _json_loads(lines[0])
-
-
-def _print_error(error: dict) -> None:
-    print(f"error {error.get('code')}: {error.get('message')}", file=sys.stderr)
-    if "data" in error:
-        print(_json_dumps(error["data"], indent=True), file=sys.stderr)
+    status, document = _remote_call(args, "rpc.discover", None)
+    if status != EXIT_OK:
+        return status
+    methods = {method["name"]: method for method in document["methods"]}
+    if args.name is None:
+        sys.stdout.write(methods_text(methods.values()))
+    elif args.name in methods:
+        sys.stdout.write(method_text(methods[args.name]))
+    else:
+        _say(args, f"no method {args.name!r}; {_did_you_mean(args.name, list(methods))}")
+        return EXIT_USAGE
+    return EXIT_OK
 
 
 # -- plan and explain: readable views of plan_rebalance and explain_migrations ----------------
 
 #: Keys of a cluster file that belong to the single-move methods, not to plan/explain (explain
-#: takes ``--limit`` instead: a file's ``limit`` is for scoring, explain shows one HA decision).
-_SCORING_ONLY = ("limit", "imbalance_threshold")
+#: takes ``--limit`` instead: a file's ``limit`` is for scoring, explain shows one HA decision;
+#: ``stats`` is the guest of ``score_nodes_to_start_resource``).
+_SCORING_ONLY = ("limit", "imbalance_threshold", "stats")
+#: Options that are fractions and never above 1 in practice: a margin is a relative gain, and no
+#: imbalance threshold above 1 is meant (a normalized imbalance is at most 1, HA's default 0.3 was
+#: tuned for raw). Above 1 they read as the percentages datacenter.cfg writes since pve-cluster
+#: 9.1.5 (30 and 10), which HA 5.2.0 would take as fractions.
+_FRACTIONS = ("threshold", "margin")
 #: The default of every plan/explain option: not given on the command line. None is a given value
 #: ('none': no limit, no check) and overrides the file's option like any other.
 _UNSET = object()
@@ -260,9 +367,14 @@ def _plan_command(args: argparse.Namespace) -> int:
     try:
         params = _cluster_params(args)
     except (OSError, ValueError) as exc:
-        print(f"crs-bridge {args.kind}: cannot read CLUSTER: {exc}", file=sys.stderr)
+        _say(args, f"cannot read CLUSTER: {exc}")
         return EXIT_USAGE
-    status, result = _remote_call(args.rpc_method, params, args.trace)
+    problems = _percentages(args, params)
+    for problem in problems:
+        _say(args, problem)
+    if problems:
+        return EXIT_USAGE
+    status, result = _remote_call(args, args.rpc_method, params)
     if status != EXIT_OK:
         return status
     if args.json:
@@ -294,6 +406,27 @@ def _cluster_params(args: argparse.Namespace) -> dict:
     _given_options(params, args, ("threshold", "margin"))
     params["limit"] = args.limit
     return params
+
+
+def _percentages(args: argparse.Namespace, params: dict) -> list[str]:
+    """What is wrong with each option of :data:`_FRACTIONS` above 1 (read as a percentage), and
+    the fraction probably meant."""
+    problems = []
+    for key in _FRACTIONS:
+        value = params.get(key)
+        if not (isinstance(value, int | float) and value > 1):
+            continue
+        on_command_line = getattr(args, key) is not _UNSET
+
+        def shown(number: float, key: str = key, flag: bool = on_command_line) -> str:
+            return f"--{key} {number:g}" if flag else f"'{key}': {number:g}"
+
+        where = "" if on_command_line else " in CLUSTER"
+        problems.append(
+            f"{shown(value)}{where} reads as a percentage ({key}s are fractions here, datacenter.cfg "
+            f"writes percent): did you mean {shown(value / 100)}?"
+        )
+    return problems
 
 
 def _given_options(params: dict, args: argparse.Namespace, options: Sequence[str]) -> None:

@@ -1,5 +1,5 @@
 """Plain-text rendering of a rebalance plan and of an explanation, for ``crs-bridge plan`` and
-``crs-bridge explain``.
+``crs-bridge explain``, and of the method list (``rpc.discover``) for ``crs-bridge methods``.
 
 Both work on the JSON results of ``plan_rebalance`` and ``explain_migrations`` (the wire dicts,
 kebab-case keys), so the text shows exactly what a machine would read with ``--json``. Output is
@@ -10,6 +10,7 @@ and ends in ``>`` when the node is overcommitted.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 
 #: Terminal width the text is laid out for.
@@ -189,6 +190,52 @@ def _name(name: str) -> str:
 
 def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "~"
+
+
+# -- the methods ----------------------------------------------------------------------------
+
+
+def methods_text(methods: Iterable[dict]) -> str:
+    """Every method of an OpenRPC document's ``methods``: its name, then its summary indented."""
+    lines = []
+    for method in methods:
+        lines += [method["name"], *_wrapped(f"    {method['summary']}", indent=4)]
+    usage = "'crs-bridge methods NAME' shows a method's params; 'crs-bridge call NAME PARAMS' calls it."
+    lines += ["", *_wrapped(usage)]
+    return "\n".join(lines) + "\n"
+
+
+def method_text(method: dict) -> str:
+    """One method: summary, params (name, required or optional, type, description) and, for a
+    ``scheduler.*`` method, the positional order per mode."""
+    order = "named or positional in this order" if method["paramStructure"] == "either" else "named"
+    lines = [method["name"], *_wrapped(f"    {method['summary']}", indent=4), "", f"Params ({order}):"]
+    for param in method["params"]:
+        need = "required" if param.get("required") else _optional(param["schema"])
+        about = f": {param['description']}" if param.get("description") else ""
+        lines += _wrapped(f"  {param['name']} ({need}, {_type_name(param['schema'])}){about}", indent=6)
+    for mode, names in method.get("x-modes", {}).items():
+        lines += _wrapped(f"Positional on a {mode} scheduler: [{', '.join(names)}]", indent=4)
+    return "\n".join(lines) + "\n"
+
+
+def _optional(schema: dict) -> str:
+    default = schema.get("default")
+    return "optional" if default is None else f"default {default}"
+
+
+def _type_name(schema: dict) -> str:
+    """A JSON schema in a few words: ``integer``, ``"bruteforce"|"topsis"``, ``[CompactCandidate]``."""
+    if "$ref" in schema:
+        return schema["$ref"].rsplit("/", 1)[-1]
+    if "enum" in schema:
+        return "|".join(map(json.dumps, schema["enum"]))
+    choices = schema.get("anyOf") or schema.get("oneOf")
+    if choices:
+        return " or ".join(dict.fromkeys(map(_type_name, choices)))
+    if schema.get("type") == "array" and "items" in schema:
+        return f"[{_type_name(schema['items'])}]"
+    return str(schema.get("type", "any"))
 
 
 def _wrapped(text: str, indent: int = 2) -> list[str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from crs_bridge.bridge.render import WIDTH, bar, load_bars
-from tests.bridge_client import BridgeClient, crs_bridge
+from crs_bridge.client import BridgeClient, cli_command
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = "@examples/unbalanced-cluster.json"
@@ -21,7 +21,7 @@ CLUSTER_PARAMS = {"usage": PARAMS["usage"], "candidates": PARAMS["candidates"]}
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*crs_bridge(), *args], capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
+    return subprocess.run([*cli_command(), *args], capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +176,7 @@ def test_load_bars_fit_the_width_and_cut_long_names():
 def test_readme_shows_the_real_output_of_the_worked_example():
     readme = (ROOT / "README.md").read_text()
     for command in ("plan", "explain"):
-        prompt = f"    $ crs-bridge {command} {CLUSTER}\n"
+        prompt = f"    $ .venv/bin/crs-bridge {command} {CLUSTER}\n"
         assert prompt in readme
         block = readme.split(prompt, 1)[1].split("\n\n    $ ", 1)[0].split("\n\n`", 1)[0]
         shown = [line.removeprefix("    ") for line in block.splitlines()]

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from tests.bridge_client import BridgeClient, RpcError
+from crs_bridge.client import BridgeClient, RpcError
 
 GiB = 1 << 30
 

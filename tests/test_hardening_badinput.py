@@ -21,7 +21,8 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.bridge_client import CONTENT_LENGTH, NDJSON, ROOT, BridgeClient
+from crs_bridge.client import CONTENT_LENGTH, NDJSON, BridgeClient
+from tests import ROOT
 
 GiB = 1 << 30
 LIMIT_ARGS = [

@@ -13,7 +13,8 @@ import time
 import orjson
 import pytest
 
-from tests.bridge_client import ROOT, BridgeClient
+from crs_bridge.client import BridgeClient
+from tests import ROOT
 
 WAIT = 30  # seconds: a guard against hanging, not a measurement
 

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from tests.bridge_client import CONTENT_LENGTH, NDJSON, BridgeClient
+from crs_bridge.client import CONTENT_LENGTH, NDJSON, BridgeClient
 
 EXAMPLES = int(os.environ.get("CRS_FUZZ_EXAMPLES", "60"))
 TIMEOUT = float(os.environ.get("CRS_FUZZ_TIMEOUT", "20"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import jsonschema
 import pytest
 
-from tests.bridge_client import BridgeClient, RpcError
+from crs_bridge.client import BridgeClient, RpcError
 
 GiB = 1024**3
 

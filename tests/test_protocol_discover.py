@@ -8,7 +8,7 @@ from importlib import metadata
 import jsonschema
 import pytest
 
-from tests.bridge_client import BridgeClient
+from crs_bridge.client import BridgeClient
 
 #: A minimal OpenRPC 1.x meta-schema: the REQUIRED fields of the OpenRPC specification's
 #: OpenRPC, Info, Method, Content Descriptor and Error objects (a Reference Object wherever the

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.bridge_client import BridgeClient
+from crs_bridge.client import BridgeClient
 
 
 @pytest.fixture(scope="module")

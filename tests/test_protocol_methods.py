@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bridge_client import BridgeClient, RpcError
+from crs_bridge.client import BridgeClient, RpcError
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 GiB = 1024**3

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.bridge_client import BridgeClient, RpcError
+from crs_bridge.client import BridgeClient, RpcError
 
 GiB = 1024**3
 NODES = [f"n{i}" for i in range(1, 7)]

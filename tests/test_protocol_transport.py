@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from crs_bridge.bridge.transport import PIPE_BYTES, enlarge_pipe
-from tests.bridge_client import CONTENT_LENGTH, NDJSON, BridgeClient
+from crs_bridge.client import CONTENT_LENGTH, NDJSON, BridgeClient
 
 INFO = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "bridge.info"})
 
