@@ -289,10 +289,10 @@ def _methods(args: argparse.Namespace) -> int:
 #: takes ``--limit`` instead: a file's ``limit`` is for scoring, explain shows one HA decision;
 #: ``stats`` is the guest of ``score_nodes_to_start_resource``).
 _SCORING_ONLY = ("limit", "imbalance_threshold", "stats")
-#: Options that are fractions and never above 1 in practice: a margin is a relative gain, and no
-#: imbalance threshold above 1 is meant (a normalized imbalance is at most 1, HA's default 0.3 was
-#: tuned for raw). Above 1 they read as the percentages datacenter.cfg writes since pve-cluster
-#: 9.1.5 (30 and 10), which HA 5.2.0 would take as fractions.
+#: Options that are fractions: a margin is a relative gain (at most 1), and a threshold above the
+#: largest imbalance the cluster's nodes can have would never let anything move. Past those they
+#: read as the percentages datacenter.cfg writes since pve-cluster 9.1.5 (30 and 10), which HA
+#: 5.2.0 would take as fractions.
 _FRACTIONS = ("threshold", "margin")
 #: The default of every plan/explain option: not given on the command line. None is a given value
 #: ('none': no limit, no check) and overrides the file's option like any other.
@@ -414,7 +414,7 @@ def _percentages(args: argparse.Namespace, params: dict) -> list[str]:
     problems = []
     for key in _FRACTIONS:
         value = params.get(key)
-        if not (isinstance(value, int | float) and value > 1):
+        if not (isinstance(value, int | float) and value > _largest_fraction(key, params)):
             continue
         on_command_line = getattr(args, key) is not _UNSET
 
@@ -427,6 +427,18 @@ def _percentages(args: argparse.Namespace, params: dict) -> list[str]:
             f"writes percent): did you mean {shown(value / 100)}?"
         )
     return problems
+
+
+def _largest_fraction(key: str, params: dict) -> float:
+    """The largest value ``key`` can mean as a fraction: 1 for a margin and for a normalized
+    threshold; for a raw threshold the largest raw imbalance of the file's n nodes, sqrt(n - 1)
+    (all load on one node), so that 1.2 stays a valid raw threshold on 3 nodes and more."""
+    from ..core.imbalance import DEFAULT_FORMULA
+
+    nodes = params.get("usage", {}).get("nodes") if isinstance(params.get("usage"), dict) else None
+    if key == "margin" or params.get("imbalance", DEFAULT_FORMULA) != "raw" or not isinstance(nodes, list):
+        return 1.0
+    return max(1.0, math.sqrt(len(nodes) - 1)) if nodes else 1.0
 
 
 def _given_options(params: dict, args: argparse.Namespace, options: Sequence[str]) -> None:

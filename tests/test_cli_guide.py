@@ -122,6 +122,16 @@ def test_a_percentage_in_the_cluster_file_is_refused_too():
     assert "did you mean 'threshold': 0.3?" in done.stderr
 
 
+def test_a_raw_threshold_up_to_the_largest_raw_imbalance_is_taken():
+    # 3 nodes: a raw imbalance reaches sqrt(2) = 1.414 (all load on one node); 1.4 is a threshold.
+    done = run("plan", "@examples/unbalanced-cluster.json", "--threshold", "1.4", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["threshold"] == 1.4
+    refused = run("plan", "@examples/unbalanced-cluster.json", "--threshold", "1.4", "--imbalance", "normalized")
+    assert refused.returncode == 2 and "did you mean --threshold 0.014?" in refused.stderr
+    assert run("plan", "@examples/unbalanced-cluster.json", "--threshold", "1.5").returncode == 2
+
+
 def test_fractions_up_to_one_are_taken():
     done = run("plan", "@examples/unbalanced-cluster.json", "--threshold", "1", "--margin", "0.5", "--json")
     assert done.returncode == 0, done.stderr
