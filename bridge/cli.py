@@ -102,7 +102,7 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     from . import logsink
-    from .server import serve
+    from .server import Terminated, serve
 
     try:
         limits = _limits(args)
@@ -112,16 +112,22 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"crs-bridge serve: {exc}", file=sys.stderr)
         return EXIT_USAGE
     logsink.install(args.log_level, _serve_log_format(sink, args.client_pid), sink)
+    stop_watch = lambda: None  # noqa: E731
     if args.client_pid is not None:
         from . import lifeline
 
-        lifeline.watch(args.client_pid)
+        stop_watch = lifeline.watch(args.client_pid)
     options = {"limits": limits, "debug_methods": args.debug_methods}
     try:
-        if args.trace in (None, "-"):
-            return serve(trace=sink if args.trace else None, **options)
-        with open(args.trace, "a", encoding="utf-8") as trace:
-            return serve(trace=trace, **options)
+        try:
+            if args.trace in (None, "-"):
+                return serve(trace=sink if args.trace else None, **options)
+            with open(args.trace, "a", encoding="utf-8") as trace:
+                return serve(trace=trace, **options)
+        finally:
+            stop_watch()
+    except Terminated:  # the client ended just as the server was leaving by itself
+        return 0
     finally:
         sink.close()
 

@@ -345,7 +345,11 @@ sub stop {
         $self->{rbuf} = '';
         last if !eval { $self->_wait($deadline); 1 };    # 'died' once the output is closed
     }
-    $self->kill;
+    if ($self->{ended}) {
+        $self->_close;
+    } else {
+        $self->kill;
+    }
     return;
 }
 
