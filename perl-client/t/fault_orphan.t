@@ -27,8 +27,9 @@ note($SUBREAPER ? 'subreaper: exit statuses are checked' : 'no subreaper: only t
 
 # The client: builds a Dynamic object (so its server runs), prints the server's pid, then does
 # what it is told on its stdin: 'idle' (wait), 'query' (a query with many buffered mutations,
-# announced on stdout first), 'exit', 'exec' (become a sleeping process), 'fork' (fork a child
-# that sleeps, print its pid, wait). Prints 'server killed' if it ever has to kill its server.
+# announced on stdout first), 'exit', 'exec' (re-exec itself, as a daemon does on reload: the
+# same program in the same process starts over), 'fork' (fork a child that sleeps, print its
+# pid, wait). Prints 'server killed' if it ever has to kill its server.
 my $CLIENT = <<'PERL';
 use strict;
 use warnings;
@@ -58,7 +59,7 @@ while (my $command = <STDIN>) {
     } elsif ($command eq 'exit') {
         exit 0;
     } elsif ($command eq 'exec') {
-        exec('sleep', '60') or die "exec: $!";
+        exec($^X, map({ "-I$_" } @INC[0, 1]), '-e', $ENV{CRS_TEST_CLIENT}) or die "exec: $!";
     } elsif ($command eq 'fork') {
         my $pid = fork() // die "fork: $!";
         if (!$pid) { sleep 60; exit 0 }
@@ -75,6 +76,7 @@ sub spawn_client {
     if (!$pid) {
         open(STDIN, '<&', $client_stdin) or die "dup: $!";
         open(STDOUT, '>&', $client_stdout) or die "dup: $!";
+        $ENV{CRS_TEST_CLIENT} = $CLIENT;
         exec($^X, "-I$FindBin::Bin/lib", "-I$FindBin::Bin/../lib", '-e', $CLIENT) or die "exec: $!";
     }
     close($_) for $client_stdin, $client_stdout;
@@ -159,21 +161,26 @@ subtest 'the server is no child of its client' => sub {
     server_ended($client->{server}, 'not a child');
 };
 
-subtest 'the client replaces itself by another program (exec)' => sub {
+subtest 'the client re-executes itself (exec, same process)' => sub {
     my $client = spawn_client();
     command($client, 'exec');
     # The pipes to the server are close-on-exec: the server sees the end of its input while
     # the new program runs in the client's process, which knows nothing of it; it is reaped by
     # its own parent (init, or this test as a subreaper), not left a zombie of that program.
+    my $new_server = read_client($client);
+    like($new_server, qr/^\d+$/, 'the re-executed client started a server of its own and got answers');
+    isnt($new_server, $client->{server}, '... a new one');
     my ($how, $status) = wait_gone($client->{server}, 20);
     if ($SUBREAPER) {
-        is($how, 'reaped', 'the server ended and was reaped while the new program runs');
+        is($how, 'reaped', 'the old server ended and was reaped while the client runs on');
         is($status, 0, '... exit status 0');
     } else {
-        like($how, qr/^(gone|zombie)$/, 'the server ended while the new program runs');
-        isnt(parent_pid($client->{server}) // 0, $client->{pid}, '... and is no zombie of the new program') if $how eq 'zombie';
+        like($how, qr/^(gone|zombie)$/, 'the old server ended while the client runs on');
+        isnt(parent_pid($client->{server}) // 0, $client->{pid}, '... and is no zombie of the client') if $how eq 'zombie';
     }
-    kill_client($client);
+    command($client, 'exit');
+    waitpid($client->{pid}, 0);
+    server_ended($new_server, 'the new one, after the client exited');
 };
 
 subtest 'a forked child keeps the pipes, the client exits normally: its server stops at once' => sub {
