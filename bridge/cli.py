@@ -29,6 +29,7 @@ import logging
 import math
 import os
 import re
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -113,23 +114,32 @@ def _serve(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     logsink.install(args.log_level, _serve_log_format(sink, args.client_pid), sink)
     stop_watch = lambda: None  # noqa: E731
-    if args.client_pid is not None:
-        from . import lifeline
-
-        stop_watch = lifeline.watch(args.client_pid)
     options = {"limits": limits, "debug_methods": args.debug_methods}
     try:
         try:
+            if args.client_pid is not None:
+                from . import lifeline
+
+                # Until serve() installs its own handler, the watch's SIGTERM (a client gone
+                # already, or during the start) must end the server as cleanly: caught below.
+                signal.signal(signal.SIGTERM, _terminate_start)
+                stop_watch = lifeline.watch(args.client_pid)
             if args.trace in (None, "-"):
                 return serve(trace=sink if args.trace else None, **options)
             with open(args.trace, "a", encoding="utf-8") as trace:
                 return serve(trace=trace, **options)
         finally:
             stop_watch()
-    except Terminated:  # the client ended just as the server was leaving by itself
+    except Terminated:  # the client ended before serving began, or just as the server was leaving
         return 0
     finally:
         sink.close()
+
+
+def _terminate_start(signum: int, frame: object) -> None:
+    from .server import Terminated
+
+    raise Terminated
 
 
 def _serve_log_format(sink: object, client_pid: int | None) -> str:
