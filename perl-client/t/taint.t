@@ -73,7 +73,7 @@ ok(-s "$DIR/trace file", '... reached the server as one word');
 
 write_config('');
 like(run_tainted($ROUND, CRS_BRIDGE_COMMAND => $SERVER),
-    qr/^tainted\ncrs-bridge: CRS_BRIDGE_COMMAND is not used in taint mode \(perl -T\), which distrusts the environment: set the key in \/etc\/crs-bridge\/crs-bridge\.conf instead/,
+    qr/^tainted\ncrs-bridge: CRS_BRIDGE_COMMAND is not used in taint mode \(perl -T\), which distrusts the environment: put the setting in \/etc\/crs-bridge\/crs-bridge\.conf instead/,
     'perl -T: a command from the environment is refused, saying what to do');
 write_config("command: $SERVER\n");
 like(run_tainted($ROUND, CRS_BRIDGE_LOG => "$DIR/other.log"), qr/^tainted\ncrs-bridge: CRS_BRIDGE_LOG is not used in taint mode/,

@@ -8,14 +8,14 @@ use strict;
 use warnings;
 
 use Exporter 'import';
-
-use CRSBridge::Config;
 our @EXPORT_OK = qw(decode_json_text json_str json_num json_int json_str_list backend);
 
 # Backends that decode floating point numbers to the nearest double. JSON::XS is left out on
 # purpose: its own number parser is off by one ulp for about one value in five, which would
 # change imbalances in their last bits.
 my @DECODERS = ('Cpanel::JSON::XS', 'JSON::PP');
+
+use CRSBridge::Config;
 
 my ($BACKEND, $DECODER);
 

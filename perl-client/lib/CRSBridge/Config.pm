@@ -44,9 +44,9 @@ The command line that starts the server, split into words as a shell would (quot
 backslashes; no variables, no globs, no shell involved: each word becomes one argument as it
 is). The first word is the program, an absolute path or a name looked up on C<PATH>, of
 letters, digits and C<_ . / + -> only; the others may hold any printable characters (not
-control characters such as tabs, newlines or NUL). The client
-appends C<--log-target> and C<--client-pid> options (see L<CRSBridge::Process>). Default:
-C<crs-bridge serve> with C<crs-bridge> found on C<PATH>, else F</usr/bin/crs-bridge>.
+control characters such as tabs, newlines or NUL). L<CRSBridge::Process> adds two variables to
+the server's environment. Default: C<crs-bridge serve> with C<crs-bridge> found on C<PATH>,
+else F</usr/bin/crs-bridge>.
 
 Taint mode (C<perl -T>, as the PVE daemons run): the words from the file are untainted by the
 pattern above. A value of C<CRS_BRIDGE_COMMAND> (as of C<CRS_BRIDGE_LOG>, C<CRS_BRIDGE_RECORD>
@@ -102,7 +102,7 @@ use constant FALLBACK_SERVER => '/usr/bin/crs-bridge';
 
 # A program (first word of a command line) or a file path, as taint mode accepts it; and any
 # other word of a command line (no shell sees it).
-my $PATH = qr{[\w.\/+-]+};
+my $PLAIN_PATH = qr{[\w.\/+-]+};
 my $ARGUMENT = qr{[^\x00-\x1f\x7f]*};
 
 # key -> { default (a value, or a sub computing it), must (what a good value is, for messages),
@@ -119,12 +119,12 @@ my %KEYS = (
     'start-timeout' => { default => 8, must => 'a positive number of seconds', parse => \&_seconds },
     log => {
         default => 'stderr', must => "'stderr', 'syslog' or an absolute file path",
-        parse => sub { $_[0] =~ m{^(stderr|syslog|/$PATH)$} ? $1 : undef }, sensitive => 1,
+        parse => sub { $_[0] =~ m{^(stderr|syslog|/$PLAIN_PATH)$} ? $1 : undef }, sensitive => 1,
     },
     json => { default => 'auto', must => "'auto', 'PP' or 'XS'", parse => _one_of(qw(auto PP XS)) },
     record => {
         default => 'off', must => "'off' or an absolute directory path",
-        parse => sub { $_[0] =~ m{^(off|/$PATH)$} ? $1 : undef }, sensitive => 1,
+        parse => sub { $_[0] =~ m{^(off|/$PLAIN_PATH)$} ? $1 : undef }, sensitive => 1,
     },
     'record-max-files' => { default => 10, must => 'a positive integer', parse => \&_count },
     'record-max-bytes' => { default => 64 << 20, must => 'a positive integer (bytes)', parse => \&_count },
@@ -145,7 +145,7 @@ sub _count {
 
 sub _command_words {
     my ($program, @arguments) = eval { shellwords($_[0]) };
-    return undef if !defined $program || $program !~ /^($PATH)$/;
+    return undef if !defined $program || $program !~ /^($PLAIN_PATH)$/;
     my @words = ($1);
     for my $argument (@arguments) {
         return undef if !defined $argument || $argument !~ /^($ARGUMENT)$/;
@@ -246,8 +246,8 @@ sub file {
 
 sub _refuse_tainted {
     my ($var) = @_;
-    die "crs-bridge: $var is not used in taint mode (perl -T), which distrusts the environment: set the"
-        . " key in $DEFAULT_FILE instead, or untaint the variable in the program that vouches for it\n";
+    die "crs-bridge: $var is not used in taint mode (perl -T), which distrusts the environment: put the"
+        . " setting in $DEFAULT_FILE instead, or untaint the variable in the program that vouches for it\n";
 }
 
 sub _parse {

@@ -133,10 +133,14 @@ sub _launch {
         POSIX::_exit(0);
     }
     my $error = $!;
+    {
+        # Reaped before signals are let in (a handler that dies would leave it a zombie, and a
+        # SIGCHLD handler of the caller's could take it first): it exits at once.
+        local ($?, $!);
+        waitpid($middle, 0) if defined $middle;
+    }
     POSIX::sigprocmask(POSIX::SIG_SETMASK, $old);
     die "crs-bridge: cannot start the server: fork failed: $error\n" if !defined $middle;
-    local ($?, $!);
-    waitpid($middle, 0);    # at once; -1 if a SIGCHLD handler of the caller's was faster
     return;
 }
 
