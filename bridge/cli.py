@@ -1,7 +1,10 @@
 """The ``crs-bridge`` command (also ``python -m crs_bridge``).
 
-``crs-bridge serve [--trace FILE|-]``
+``crs-bridge serve [--trace FILE|-] [--log-target auto|stderr|syslog] [--client-pid PID]``
     Serve JSON-RPC 2.0 on stdin/stdout (see :mod:`bridge.server` for framing and exit rules).
+    Logs go to stderr, or to syslog when stderr is closed or /dev/null (or always, with
+    ``--log-target syslog``; see :mod:`bridge.logsink`). With ``--client-pid`` every log line
+    names the client, and the server exits once that process is gone (:mod:`bridge.lifeline`).
 ``crs-bridge call METHOD [PARAMS]``
     Start a server, send one request, print the answer. PARAMS is inline JSON or ``@file``
     (``@-``: standard input). The result is pretty-printed on stdout (exit 0); an error is
@@ -33,6 +36,7 @@ import logging
 import math
 import os
 import re
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -42,7 +46,9 @@ import orjson
 from . import __version__
 from .limits import HELP, ServerLimits, env_var, flag, limits_from_env
 
-_LOG_FORMAT = "crs-bridge[%(process)d] %(levelname)s: %(message)s"
+_LOG_PREFIX = "crs-bridge[%(process)d] "  # syslog's ident says this itself
+_LOG_MESSAGE = "%(levelname)s: %(message)s"
+_LOG_FORMAT = _LOG_PREFIX + _LOG_MESSAGE
 
 EXIT_OK = 0
 EXIT_RPC_ERROR = 1
@@ -68,6 +74,23 @@ def _parser() -> argparse.ArgumentParser:
         serve.add_argument(
             flag(name), type=int, metavar="N", help=f"{HELP[name]}; default {default}, or ${env_var(name)}"
         )
+    serve.add_argument(
+        "--log-target",
+        default=os.environ.get("CRS_BRIDGE_LOG_TARGET") or "auto",
+        help="where logs go: auto (default: stderr, or syslog when stderr is closed or /dev/null), stderr or"
+        " syslog; or $CRS_BRIDGE_LOG_TARGET",
+    )
+    serve.add_argument(
+        "--syslog-socket", default="/dev/log", metavar="PATH", help="syslog's unix datagram socket (default /dev/log)"
+    )
+    serve.add_argument(
+        "--client-pid",
+        type=int,
+        default=os.environ.get("CRS_BRIDGE_CLIENT_PID") or None,
+        metavar="PID",
+        help="the client's process id: tags every log line, and the server exits once that process is gone;"
+        " or $CRS_BRIDGE_CLIENT_PID",
+    )
     serve.add_argument("--debug-methods", action="store_true", help=argparse.SUPPRESS)  # test aid: debug.raise
     serve.set_defaults(run=_serve)
 
@@ -94,23 +117,51 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     from . import logsink
-    from .server import serve
+    from .server import Terminated, serve
 
     try:
         limits = _limits(args)
+        # stderr may be a pipe nobody reads: logging (and a trace to '-') must never block serving.
+        sink = logsink.open_sink(args.log_target, args.syslog_socket)
     except ValueError as exc:
         print(f"crs-bridge serve: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    # stderr may be a pipe nobody reads: logging (and a trace to '-') must never block serving.
-    sink = logsink.install(args.log_level, _LOG_FORMAT)
+    logsink.install(args.log_level, _serve_log_format(sink, args.client_pid), sink)
+    stop_watch = lambda: None  # noqa: E731
     options = {"limits": limits, "debug_methods": args.debug_methods}
     try:
-        if args.trace in (None, "-"):
-            return serve(trace=sink if args.trace else None, **options)
-        with open(args.trace, "a", encoding="utf-8") as trace:
-            return serve(trace=trace, **options)
+        try:
+            if args.client_pid is not None:
+                from . import lifeline
+
+                # Until serve() installs its own handler, the watch's SIGTERM (a client gone
+                # already, or during the start) must end the server as cleanly: caught below.
+                signal.signal(signal.SIGTERM, _terminate_start)
+                stop_watch = lifeline.watch(args.client_pid)
+            if args.trace in (None, "-"):
+                return serve(trace=sink if args.trace else None, **options)
+            with open(args.trace, "a", encoding="utf-8") as trace:
+                return serve(trace=trace, **options)
+        finally:
+            stop_watch()
+    except Terminated:  # the client ended before serving began, or just as the server was leaving
+        return 0
     finally:
         sink.close()
+
+
+def _terminate_start(signum: int, frame: object) -> None:
+    from .server import Terminated
+
+    raise Terminated
+
+
+def _serve_log_format(sink: object, client_pid: int | None) -> str:
+    """The server's log line format: syslog's ident already names crs-bridge and its pid."""
+    from .logsink import SyslogSink
+
+    client = "" if client_pid is None else f"[client {client_pid}] "
+    return ("" if isinstance(sink, SyslogSink) else _LOG_PREFIX) + client + _LOG_MESSAGE
 
 
 def _limits(args: argparse.Namespace) -> ServerLimits:

@@ -67,7 +67,7 @@ subtest 'CRS_BRIDGE_JSON' => sub {
     my $out = perl_output("$hide use PVE::RS::ResourceScheduling::Static;"
         . 'eval { PVE::RS::ResourceScheduling::Static->new()->add_node("n1", 4, 2**30) }; print $@',
         CRS_BRIDGE_JSON => 'XS');
-    like($out, qr/^crs-bridge: CRS_BRIDGE_JSON=XS needs Cpanel::JSON::XS, which is not installed/,
+    like($out, qr/^crs-bridge: the json setting XS \(from CRS_BRIDGE_JSON\) needs Cpanel::JSON::XS, which is not installed/,
         'CRS_BRIDGE_JSON=XS without Cpanel::JSON::XS: the message says so');
 };
 
@@ -76,7 +76,8 @@ subtest 'CRS_BRIDGE_LOG' => sub {
     my $program = 'use PVE::RS::ResourceScheduling::Static; eval { PVE::RS::ResourceScheduling::Static->new() }; print $@';
     my $out = perl_output($program, CRS_BRIDGE_LOG => "$dir/server.log",
         CRS_BRIDGE_COMMAND => qq($^X -e 'print STDERR "missing module numpy\\n"; exit 1'));
-    like($out, qr/ended before answering \(exit status 1; last lines of \Q$dir\E\/server\.log: missing module numpy\)/,
+    # Two attempts (a new server that ends before answering may have been killed from outside).
+    like($out, qr/ended before answering \(last lines of \Q$dir\E\/server\.log: missing module numpy \| missing module numpy\)/,
         "the server's error output is in the log and in the message");
 };
 

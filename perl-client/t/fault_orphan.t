@@ -1,10 +1,12 @@
 #!/usr/bin/perl
 # A server whose Perl client disappears ends by itself, with exit status 0, and leaves no
-# process behind busy-looping: the client exits normally, is killed (SIGKILL) while idle, is
-# killed while the server still has a request to answer, or replaces itself by another program
-# (exec). A forked child that inherited the client's pipes: a client exiting normally still
-# stops its server at once (it asks it to shut down); a killed one leaves it waiting, idle,
-# until the child ends too.
+# process behind, busy-looping or a zombie: the client exits normally, is killed (SIGKILL)
+# while idle, is killed while the server still has a request to answer, or replaces itself by
+# another program (exec). The server is no child of the client (it is started as a
+# grandchild), so it is never the zombie of a process that no longer knows it. A forked child
+# that inherited the client's pipes does not keep the server: a client exiting normally stops
+# it at once (it asks it to shut down); when the client is killed, the server sees its client
+# gone (it watches the client's process id) and exits although the child holds its input open.
 #
 # This test makes itself a child subreaper (Linux), so the orphaned servers are re-parented
 # to it and their exit status can be collected.
@@ -25,8 +27,9 @@ note($SUBREAPER ? 'subreaper: exit statuses are checked' : 'no subreaper: only t
 
 # The client: builds a Dynamic object (so its server runs), prints the server's pid, then does
 # what it is told on its stdin: 'idle' (wait), 'query' (a query with many buffered mutations,
-# announced on stdout first), 'exit', 'exec' (become a sleeping process), 'fork' (fork a child
-# that sleeps, print its pid, wait). Prints 'server killed' if it ever has to kill its server.
+# announced on stdout first), 'exit', 'exec' (re-exec itself, as a daemon does on reload: the
+# same program in the same process starts over), 'fork' (fork a child that sleeps, print its
+# pid, wait). Prints 'server killed' if it ever has to kill its server.
 my $CLIENT = <<'PERL';
 use strict;
 use warnings;
@@ -44,6 +47,7 @@ my $u = PVE::RS::ResourceScheduling::Dynamic->new();
 $u->add_node("n$_", { cpu => 1, maxcpu => 16, mem => GiB, maxmem => 64 * GiB }) for 1 .. 3;
 $u->calculate_node_imbalance;
 print CRSBridge::Connection->instance->server_pid, "\n";
+# Run on: the server's parent is not this process (as when the drop-in is used by a daemon).
 while (my $command = <STDIN>) {
     chomp $command;
     if ($command eq 'query') {
@@ -55,7 +59,7 @@ while (my $command = <STDIN>) {
     } elsif ($command eq 'exit') {
         exit 0;
     } elsif ($command eq 'exec') {
-        exec('sleep', '60') or die "exec: $!";
+        exec($^X, map({ "-I$_" } @INC[0, 1]), '-e', $ENV{CRS_TEST_CLIENT}) or die "exec: $!";
     } elsif ($command eq 'fork') {
         my $pid = fork() // die "fork: $!";
         if (!$pid) { sleep 60; exit 0 }
@@ -72,6 +76,7 @@ sub spawn_client {
     if (!$pid) {
         open(STDIN, '<&', $client_stdin) or die "dup: $!";
         open(STDOUT, '>&', $client_stdout) or die "dup: $!";
+        $ENV{CRS_TEST_CLIENT} = $CLIENT;
         exec($^X, "-I$FindBin::Bin/lib", "-I$FindBin::Bin/../lib", '-e', $CLIENT) or die "exec: $!";
     }
     close($_) for $client_stdin, $client_stdout;
@@ -127,7 +132,7 @@ subtest 'the client exits normally' => sub {
     waitpid($client->{pid}, 0);
     is($?, 0, 'the client exited');
     my ($how) = wait_gone($client->{server}, 20);
-    like($how, qr/^(gone|reaped)$/, 'its server ended and was reaped by the client');
+    like($how, qr/^(gone|reaped)$/, "its server ended ($how)") or diag('parent ', parent_pid($client->{server}), " me $$ client $client->{pid}");
 };
 
 subtest 'the client is killed while idle' => sub {
@@ -147,15 +152,35 @@ subtest 'the client is killed while the server has a request to answer' => sub {
     server_ended($client->{server}, 'mid-call');
 };
 
-subtest 'the client replaces itself by another program (exec)' => sub {
+subtest 'the server is no child of its client' => sub {
+    my $client = spawn_client();
+    my $parent = parent_pid($client->{server});
+    ok(defined $parent && $parent != $client->{pid}, "the server's parent ($parent) is not the client ($client->{pid})");
+    command($client, 'exit');
+    waitpid($client->{pid}, 0);
+    server_ended($client->{server}, 'not a child');
+};
+
+subtest 'the client re-executes itself (exec, same process)' => sub {
     my $client = spawn_client();
     command($client, 'exec');
-    # The pipes to the server are close-on-exec: the server sees the end of its input, while
-    # the process that was the client (its parent) lives on and does not reap it.
-    my ($how) = wait_gone($client->{server}, 20);
-    like($how, qr/^(gone|zombie)$/, 'the server ended while the new program runs');
-    kill_client($client);
-    server_ended($client->{server}, 'exec') if $how eq 'zombie';
+    # The pipes to the server are close-on-exec: the server sees the end of its input while
+    # the new program runs in the client's process, which knows nothing of it; it is reaped by
+    # its own parent (init, or this test as a subreaper), not left a zombie of that program.
+    my $new_server = read_client($client);
+    like($new_server, qr/^\d+$/, 'the re-executed client started a server of its own and got answers');
+    isnt($new_server, $client->{server}, '... a new one');
+    my ($how, $status) = wait_gone($client->{server}, 20);
+    if ($SUBREAPER) {
+        is($how, 'reaped', 'the old server ended and was reaped while the client runs on');
+        is($status, 0, '... exit status 0');
+    } else {
+        like($how, qr/^(gone|zombie)$/, 'the old server ended while the client runs on');
+        isnt(parent_pid($client->{server}) // 0, $client->{pid}, '... and is no zombie of the client') if $how eq 'zombie';
+    }
+    command($client, 'exit');
+    waitpid($client->{pid}, 0);
+    server_ended($new_server, 'the new one, after the client exited');
 };
 
 subtest 'a forked child keeps the pipes, the client exits normally: its server stops at once' => sub {
@@ -175,19 +200,16 @@ subtest 'a forked child keeps the pipes, the client exits normally: its server s
     waitpid($child, 0) if $SUBREAPER;
 };
 
-subtest 'a forked child keeps the pipes, the client is killed: the server waits idle until the child ends' => sub {
+subtest 'a forked child keeps the pipes, the client is killed: the server ends all the same' => sub {
     my $client = spawn_client();
     command($client, 'fork');
     my $child = read_client($client);
     like($child, qr/^\d+$/, 'the client forked a child');
     kill_client($client);
-    Time::HiRes::sleep(0.3);
-    my $state = process_state($client->{server});
-    ok(defined $state && $state ne 'Z', 'the server still runs while the child holds its input open');
-    check_idle($client->{server}, 'orphaned with the child');
+    server_ended($client->{server}, 'client killed, child alive');
+    ok(defined process_state($child), 'the child, holding the pipes, still runs');
     kill('KILL', $child);
     waitpid($child, 0) if $SUBREAPER;
-    server_ended($client->{server}, 'after the child');
 };
 
 done_testing();

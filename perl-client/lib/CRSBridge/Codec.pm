@@ -15,6 +15,8 @@ our @EXPORT_OK = qw(decode_json_text json_str json_num json_int json_str_list ba
 # change imbalances in their last bits.
 my @DECODERS = ('Cpanel::JSON::XS', 'JSON::PP');
 
+use CRSBridge::Config;
+
 my ($BACKEND, $DECODER);
 
 =head1 NAME
@@ -27,10 +29,11 @@ CRSBridge::Codec - JSON decoding and request encoding for the crs-bridge Perl cl
 
 =item backend()
 
-Name of the JSON module used for decoding server answers: C<Cpanel::JSON::XS> when installed,
-else C<JSON::PP>. Setting the environment variable C<CRS_BRIDGE_JSON=PP> forces C<JSON::PP>
-(for tests and benchmarks); C<CRS_BRIDGE_JSON=XS> requires C<Cpanel::JSON::XS>. JSON::XS is
-not used: it decodes some floating point numbers one unit in the last place off.
+Name of the JSON module used for decoding server answers, per the C<json> setting
+(L<CRSBridge::Config>): C<auto> (default) takes C<Cpanel::JSON::XS> when installed, else
+C<JSON::PP>; C<PP> forces C<JSON::PP> (for tests and benchmarks); C<XS> requires
+C<Cpanel::JSON::XS>. JSON::XS is not used: it decodes some floating point numbers one unit in
+the last place off.
 
 =cut
 
@@ -40,11 +43,8 @@ sub backend {
 }
 
 sub _init {
-    my $want = $ENV{CRS_BRIDGE_JSON} // '';
-    my @try = $want eq 'PP' ? ('JSON::PP')
-        : $want eq 'XS' ? ('Cpanel::JSON::XS')
-        : $want eq '' ? @DECODERS
-        : die "crs-bridge: CRS_BRIDGE_JSON must be 'PP' or 'XS', got '$want'\n";
+    my $want = CRSBridge::Config::get('json');
+    my @try = $want eq 'PP' ? ('JSON::PP') : $want eq 'XS' ? ('Cpanel::JSON::XS') : @DECODERS;
     for my $module (@try) {
         (my $file = "$module.pm") =~ s{::}{/}g;
         next if !eval { require $file; 1 };
@@ -52,8 +52,8 @@ sub _init {
         $DECODER = $module->new->utf8(1)->allow_nonref(1);
         return;
     }
-    die "crs-bridge: CRS_BRIDGE_JSON=XS needs Cpanel::JSON::XS, which is not installed"
-        . " (install it, or unset CRS_BRIDGE_JSON to use JSON::PP)\n" if $want eq 'XS';
+    die "crs-bridge: the json setting XS (from " . CRSBridge::Config::source('json') . ") needs Cpanel::JSON::XS,"
+        . " which is not installed (install it, or choose PP or auto)\n" if $want eq 'XS';
     die "crs-bridge: no usable JSON module (tried @try)\n";
 }
 

@@ -6,8 +6,9 @@ package CRSBridge::Connection;
 # reach the server as one scheduler.apply request per object (all its new journal entries),
 # sent ahead of the next query or whenever enough have piled up (without waiting for the
 # answer, so the server works while Perl builds the rest).
-# The journals also make the server disposable: a new server (after a crash, a timeout or a
-# fork) gets every live object re-created and its journal replayed before the next call.
+# The journals also make the server disposable: a new server (after a crash, a timeout, a fork
+# or an interrupted call) gets every live object re-created and its journal replayed before the
+# next call.
 
 use strict;
 use warnings;
@@ -15,6 +16,7 @@ use warnings;
 use Time::HiRes qw(time);
 
 use CRSBridge::Codec qw(backend decode_json_text json_str);
+use CRSBridge::Config;
 use CRSBridge::Process;
 
 # Buffered mutations are sent once this many have piled up (over all objects): the server
@@ -35,24 +37,25 @@ our $PENDING = 0;
 
 CRSBridge::Connection - the shared crs-bridge server of a Perl process, with journals and restore
 
-=head1 ENVIRONMENT
+=head1 SETTINGS
 
-=over
+C<timeout> and C<start-timeout> (L<CRSBridge::Config>): a call that gets no answer in time
+kills the server and dies saying so; the next call starts a new server and restores every
+object.
 
-=item CRS_BRIDGE_TIMEOUT
+=head1 INTERRUPTED CALLS
 
-Seconds a call may take before the server is considered hung (default 5, well under the HA
-manager's 10 second round). The server is then killed and the call dies with a message saying
-so; the next call starts a new server and restores every object.
-
-=item CRS_BRIDGE_START_TIMEOUT
-
-Seconds allowed for the first answer of a freshly started server, which includes Python's
-start-up (default 8, still under the HA manager's 10 second round).
-
-=back
-
-See L<CRSBridge::Process> for C<CRS_BRIDGE_COMMAND> and C<CRS_BRIDGE_LOG>.
+A call cut short by a signal whose handler dies (C<alarm> under
+C<PVE::Tools::run_with_timeout>, or pve-cluster's C<cfs_lock>) dies with the handler's message,
+and the connection stays usable: the next call, on any object, finds the exchange unfinished,
+kills that server and starts a new one, where every live object is restored from its journal.
+Reading past the stale answers instead would keep a server that is still computing the
+abandoned request (often the slow one the alarm was for: the next call would wait for it too),
+and a signal can cut the client between two steps of its bookkeeping (bytes written but not
+yet dropped from the buffer, journal entries marked sent but not yet queued), after which the
+server's state would no longer be the journal's. A new server has exactly the journal's state;
+the cost is one server start after an interruption. A mutation whose call was interrupted is
+not in the journal: as for any call that dies, it did not happen.
 
 =head1 OBJECT STATE
 
@@ -205,9 +208,11 @@ sub _call_once {
     my ($self, $st, $method, $params, $positional) = @_;
     $self->_ensure_server;
     die $st->{poison} if $st && $st->{poison};
+    $self->{busy} = 1;
     $self->_flush;
     my $id = $self->_send($st, $method, $params, $positional);
     my $answer = $self->_await($id, $self->_deadline);
+    $self->{busy} = 0;
     die $st->{poison} if $st && $st->{poison};
     return $answer;
 }
@@ -258,6 +263,7 @@ sub _call_series_once {
     my ($self, $st, $calls, $params) = @_;
     $self->_ensure_server;
     die $st->{poison} if $st->{poison};
+    $self->{busy} = 1;
     $self->_flush;
     my @ids;
     for my $i (0 .. $#$calls) {
@@ -267,12 +273,14 @@ sub _call_series_once {
             if (!defined $params->[$i]) {
                 my $error = $@;
                 $self->_await($_, $self->_deadline) for @ids;    # keep requests and answers in step
+                $self->{busy} = 0;
                 die $error;
             }
         }
         push @ids, $self->_send($st, $method, $params->[$i]);
     }
     my @answers = map { $self->_await($_, $self->_deadline) } @ids;
+    $self->{busy} = 0;
     die $st->{poison} if $st->{poison};
     return \@answers;
 }
@@ -290,41 +298,29 @@ sub _result {
 sub _server_failed {
     my ($self, $error, $method, $give_up) = @_;
     my $proc = delete $self->{proc};
-    my $timeout = $error->kind eq 'timeout';
-    my $limit = (_limits())[ $proc->answered ? 0 : 1 ];
-    my $pid = $proc->pid;
-    if ($timeout) {
-        $proc->kill;
-        die "crs-bridge: no answer from the server (pid $pid) within $limit s to $method; "
-            . "killed it, the next call starts a new one and restores the scheduler objects"
-            . " (CRS_BRIDGE_TIMEOUT sets the limit)\n" if $proc->answered;
-        die "crs-bridge: cannot start the server '$proc->{cmd}': no answer within $limit s"
-            . " (CRS_BRIDGE_START_TIMEOUT sets the limit); killed it\n";
-    }
-    my $how = $proc->exit_description;
     $proc->kill;
-    # A new server that exits by itself before answering cannot start (a broken command or
-    # installation); one killed by a signal (from outside, e.g. while it restored the objects)
-    # is retried once, as a server dying during a call is.
-    die "crs-bridge: cannot start the server '$proc->{cmd}': it ended before answering ($how)\n"
-        if !$proc->answered && (!$proc->killed || $give_up);
-    die "crs-bridge: the server died twice during $method ($how); giving up on this call\n"
+    my $limit = (_limits())[ $proc->answered ? 0 : 1 ];
+    my ($pid, $cmd) = ($proc->pid, $proc->{cmd});
+    if ($error->kind eq 'timeout') {
+        my $origin = CRSBridge::Config::origin($proc->answered ? 'timeout' : 'start-timeout');
+        die "crs-bridge: no answer from the server (pid $pid) within $limit s to $method; "
+            . "killed it, the next call starts a new one and restores the scheduler objects (limit $origin)\n"
+            if $proc->answered;
+        die "crs-bridge: cannot start the server '$cmd': no answer within $limit s (limit $origin); killed it\n";
+    }
+    # A new server that ends before answering is started once more (it may have been killed
+    # from outside, e.g. while it restored the objects); a second one cannot start (a broken
+    # command or installation).
+    die "crs-bridge: cannot start the server '$cmd': it ended before answering (" . $proc->log_hint . ")\n"
+        if !$proc->answered && $give_up;
+    die "crs-bridge: the server died twice during $method (" . $proc->log_hint . "); giving up on this call\n"
         if $give_up;
     return;    # retry: the next attempt starts a new server and restores the objects
 }
 
-sub _seconds {
-    my ($var, $default) = @_;
-    my $value = $ENV{$var};
-    return $default if !defined $value || $value eq '';
-    die "crs-bridge: $var must be a positive number of seconds, got '$value'\n"
-        if $value !~ /^\s*(?:\d+\.?\d*|\.\d+)\s*$/ || $value <= 0;
-    return 0 + $value;
-}
-
 # (seconds per call, seconds for the first answer of a new server)
 sub _limits {
-    return (_seconds('CRS_BRIDGE_TIMEOUT', 5), _seconds('CRS_BRIDGE_START_TIMEOUT', 8));
+    return (CRSBridge::Config::get('timeout'), CRSBridge::Config::get('start-timeout'));
 }
 
 sub _deadline {
@@ -334,8 +330,15 @@ sub _deadline {
 
 # -- server lifecycle and restore ------------------------------------------------------------
 
+# Starts a server if none runs. One whose last exchange was cut short (busy: a signal handler
+# died in it; see INTERRUPTED CALLS) is killed and replaced first.
 sub _ensure_server {
     my ($self) = @_;
+    if ($self->{busy}) {
+        my $proc = delete $self->{proc};
+        $proc->kill if $proc;
+        $self->{busy} = 0;
+    }
     return if $self->{proc};
     backend();    # a missing JSON module says so here, not as an answer that "is not JSON"
     $self->{proc} = CRSBridge::Process->spawn;
@@ -343,7 +346,9 @@ sub _ensure_server {
     $self->{srv} = "$SERVERS/$$";
     @$self{qw(dirty frees batches)} = ([], [], []);
     $PENDING = 0;
+    $self->{busy} = 1;
     $self->_restore;
+    $self->{busy} = 0;
     return;
 }
 
@@ -420,10 +425,16 @@ sub _flush {
 }
 
 # A flush from mutate: a dead server must not fail the mutation (the next call notices it,
-# starts a new server and restores everything).
+# starts a new server and restores everything). After an interrupted exchange nothing is sent:
+# the next call replaces the server and replays every journal anyway.
 sub _flush_quietly {
     my ($self) = @_;
-    eval { $self->_flush; 1 } and return;
+    return if $self->{busy};
+    $self->{busy} = 1;
+    if (eval { $self->_flush; 1 }) {
+        $self->{busy} = 0;
+        return;
+    }
     my $error = $@;
     die $error if !(ref $error && $error->isa('CRSBridge::Process::Error'));
     return;
@@ -544,6 +555,7 @@ closing it is no end of input for the server.
 sub shutdown {
     my ($self) = @_;
     my $proc = delete $self->{proc} or return;
+    return $proc->kill if $self->{busy};    # cut short mid-exchange: it may be computing for nobody
     # The answer is never read; a server that is already gone makes queue throw, which is fine.
     eval { $proc->queue(qq({"jsonrpc":"2.0","id":0,"method":"shutdown"}\n)); 1 };
     $proc->stop;

@@ -2,41 +2,42 @@ package CRSBridge::Process;
 
 # One crs-bridge server process and the pipes to it: start, write and read lines with a
 # deadline, stop. Knows nothing of JSON-RPC. Failures are thrown as CRSBridge::Process::Error
-# objects whose kind ('start', 'died', 'timeout') tells the caller what to do next.
+# objects whose kind ('died', 'timeout') tells the caller what to do next.
 
 use strict;
 use warnings;
 
 use File::Spec;
-use IPC::Open3 qw(open3);
-use POSIX qw(WNOHANG);
-use Text::ParseWords qw(shellwords);
-use Time::HiRes qw(time sleep);
+use POSIX ();
+use Time::HiRes qw(time);
+
+use CRSBridge::Config;
 
 use constant F_SETPIPE_SZ => 1031;
 use constant PIPE_SIZE => 1 << 20;
+# After asking a server to stop: how long it may take to close its output before it is killed.
+use constant STOP_SECONDS => 2;
 
 =head1 NAME
 
-CRSBridge::Process - a crs-bridge server child process speaking line-framed messages
+CRSBridge::Process - a crs-bridge server process speaking line-framed messages
 
-=head1 ENVIRONMENT
+=head1 DESCRIPTION
 
-=over
+The server is started as a grandchild (fork, fork, exec; the middle process exits at once),
+so it is no child of the caller: whatever the caller does later (C<exec> of itself as daemons
+do on reload, a C<$SIG{CHLD}> handler that reaps every child), the server ends by itself at the
+end of its input and init reaps it; it leaves no zombie behind. Its stdin and stdout are pipes
+that are close-on-exec here (their descriptors are above 2 whatever the caller has closed), and
+its stderr is the caller's or a log file (see C<log> in L<CRSBridge::Config>).
 
-=item CRS_BRIDGE_COMMAND
-
-The command line that starts a server speaking crs-bridge's JSON-RPC on stdin/stdout, split
-into words like a shell would (no shell is involved), e.g.
-C</opt/crs-bridge/.venv/bin/crs-bridge serve --trace /tmp/crs.trace>. Default:
-C<crs-bridge serve> with C<crs-bridge> looked up on C<PATH>.
-
-=item CRS_BRIDGE_LOG
-
-A file the server's stderr is appended to. Default: the server inherits this process's
-stderr (it is never a pipe this client would have to drain).
-
-=back
+Two variables are set in the server's environment (C<crs-bridge serve> takes them as the
+defaults of its options of the same meaning; the environment reaches the server through any
+wrapper command, where appended options might not): C<CRS_BRIDGE_CLIENT_PID>
+(C<--client-pid>), this process's id, which the server tags its log lines with and whose end
+it watches: it exits once this process is gone, even if a forked child still holds copies of
+the pipes; and C<CRS_BRIDGE_LOG_TARGET> (C<--log-target>): C<syslog> when the C<log> setting is
+C<syslog>, else C<auto> (stderr, or syslog when stderr is closed or F</dev/null>).
 
 =head1 METHODS
 
@@ -44,51 +45,36 @@ stderr (it is never a pipe this client would have to drain).
 
 =item command()
 
-The server command as a list of words, from C<CRS_BRIDGE_COMMAND> or C<PATH>. Dies with an
-actionable message when C<crs-bridge> cannot be found.
+The server command as a list of words (C<command> in L<CRSBridge::Config>), without the
+options the client adds.
 
 =cut
 
 sub command {
-    my $line = $ENV{CRS_BRIDGE_COMMAND};
-    if (defined $line && $line =~ /\S/) {
-        return [ shellwords($line) ];
-    }
-    for my $dir (File::Spec->path) {
-        my $path = File::Spec->catfile($dir eq '' ? '.' : $dir, 'crs-bridge');
-        return [ File::Spec->rel2abs($path), 'serve' ] if -f $path && -x _;
-    }
-    die "crs-bridge: cannot start the server: 'crs-bridge' is not on PATH"
-        . " (install it, or set CRS_BRIDGE_COMMAND to the command that runs 'crs-bridge serve')\n";
+    return CRSBridge::Config::get('command');
 }
 
 =item spawn()
 
-Starts the server (C<command>) and returns the process object. Dies with a message saying
-why when it cannot be started.
+Starts the server (C<command>, with the environment above) and returns the process object. Dies with a message saying why when it cannot be started (a program that
+does not exist, a log file that cannot be opened).
 
 =cut
 
 sub spawn {
     my ($class) = @_;
     my $cmd = command();
-    my $log = $ENV{CRS_BRIDGE_LOG};
-    my $err_fh;
-    if (defined $log && $log ne '') {
-        open($err_fh, '>>', $log)
-            or die "crs-bridge: cannot open CRS_BRIDGE_LOG '$log' for appending: $!\n";
-    } else {
-        open($err_fh, '>&', \*STDERR) or open($err_fh, '>', File::Spec->devnull)
-            or die "crs-bridge: cannot open a stderr for the server: $!\n";
-    }
-    my ($to_server, $from_server);
-    my $pid = eval { open3($to_server, $from_server, '>&' . fileno($err_fh), @$cmd) };
-    my $error = $@;
-    close($err_fh);
-    if (!$pid) {
-        $error =~ s/ at \S+ line \d+.*//s;
-        die "crs-bridge: cannot start the server '@$cmd': $error\n";
-    }
+    my $log = CRSBridge::Config::get('log');
+    my %env = (CRS_BRIDGE_CLIENT_PID => $$, CRS_BRIDGE_LOG_TARGET => $log eq 'syslog' ? 'syslog' : 'auto');
+    my @held = _hold_std_fds();
+    my $stderr = _server_stderr($log);
+    pipe(my $server_in, my $to_server) && pipe(my $from_server, my $server_out) && pipe(my $report, my $report_w)
+        or die "crs-bridge: cannot start the server: no pipe: $!\n";
+    close($_) for @held;
+    _launch($cmd, \%env, [ $server_in, $server_out, $stderr ], $report_w);
+    close($_) for $server_in, $server_out, $stderr, $report_w;
+    my ($pid, $failure) = _read_report($report);
+    die "crs-bridge: cannot start the server '@$cmd': $failure\n" if defined $failure;
     binmode($_) for $to_server, $from_server;
     $_->blocking(0) for $to_server, $from_server;
     # Linux: a 1 MiB pipe takes a whole round's batch in one write (F_SETPIPE_SZ; elsewhere a no-op).
@@ -97,8 +83,101 @@ sub spawn {
     }
     return bless {
         pid => $pid, owner => $$, cmd => "@$cmd", log => $log,
-        in => $to_server, out => $from_server, rbuf => '', wbuf => '', answered => 0,
+        in => $to_server, out => $from_server, rbuf => '', wbuf => '', answered => 0, ended => 0,
     }, $class;
+}
+
+# The server's stderr: a log file, else this process's stderr if it has one, else /dev/null
+# (the server then logs to syslog).
+sub _server_stderr {
+    my ($log) = @_;
+    my $fh;
+    if ($log =~ m{^/}) {
+        open($fh, '>>', $log) or die "crs-bridge: cannot open the log file '$log' for appending: $!"
+            . " (the 'log' setting, from " . CRSBridge::Config::source('log') . ")\n";
+        return $fh;
+    }
+    open($fh, '>&', \*STDERR) or open($fh, '>', File::Spec->devnull)
+        or die "crs-bridge: cannot open a stderr for the server: $!\n";
+    return $fh;
+}
+
+# Opens /dev/null on each of the descriptors 0, 1 and 2 the caller has closed, so that the pipes
+# made next get higher ones: Perl makes those close-on-exec, and a caller that reopens STDIN or
+# STDOUT later gets its usual descriptor. Returns the handles to close once the pipes exist.
+sub _hold_std_fds {
+    my @held;
+    while (open(my $fh, '<', File::Spec->devnull)) {
+        last if fileno($fh) > 2;
+        push @held, $fh;
+    }
+    return @held;
+}
+
+# Fork a middle process that forks the server and exits at once. The server gets the handles
+# @$fds as its stdin, stdout and stderr and the variables %$env; $report receives the server's pid, then an error text if
+# it cannot be started (it is close-on-exec: a successful exec shows as its end, and so does
+# the middle process's). Signals are
+# blocked meanwhile, so that no handler of the caller's (one that dies, say) runs in a copy of it.
+sub _launch {
+    my ($argv, $env, $fds, $report) = @_;
+    my $all = POSIX::SigSet->new;
+    $all->fillset;
+    my $old = POSIX::SigSet->new;
+    POSIX::sigprocmask(POSIX::SIG_BLOCK, $all, $old);
+    my $middle = fork();
+    if (defined $middle && $middle == 0) {
+        my $server = fork();
+        _exec_server($argv, $env, $fds, $report, $old) if defined $server && $server == 0;
+        syswrite($report, "0\nfork failed: $!\n") if !defined $server;
+        POSIX::_exit(0);
+    }
+    my $error = $!;
+    {
+        # Reaped before signals are let in (a handler that dies would leave it a zombie, and a
+        # SIGCHLD handler of the caller's could take it first): it exits at once.
+        local ($?, $!);
+        waitpid($middle, 0) if defined $middle;
+    }
+    POSIX::sigprocmask(POSIX::SIG_SETMASK, $old);
+    die "crs-bridge: cannot start the server: fork failed: $error\n" if !defined $middle;
+    return;
+}
+
+sub _exec_server {
+    my ($argv, $env, $fds, $report, $mask) = @_;
+    syswrite($report, "$$\n");    # here, so that it comes before any error
+    eval {
+        for my $fd (0 .. 2) {
+            POSIX::dup2(fileno($fds->[$fd]), $fd) // die "dup2: $!\n";
+        }
+        for my $signal (keys %SIG) {    # the server starts with default dispositions
+            $SIG{$signal} = 'DEFAULT' if ref $SIG{$signal} || ($SIG{$signal} // 'DEFAULT') ne 'DEFAULT';
+        }
+        @ENV{ keys %$env } = values %$env;
+        POSIX::sigprocmask(POSIX::SIG_SETMASK, $mask);
+        no warnings 'exec';
+        exec { $argv->[0] } @$argv or die "$!\n";
+    };
+    syswrite($report, $@);
+    POSIX::_exit(127);
+}
+
+# (server pid, undef) or (undef, why it could not start), from the launch report.
+sub _read_report {
+    my ($report) = @_;
+    my $text = '';
+    while (1) {
+        my $n = sysread($report, $text, 4096, length $text);
+        last if defined $n && $n == 0;
+        next if defined $n || $!{EINTR};
+        return (undef, "cannot read its start report: $!");
+    }
+    close($report);
+    my ($pid, $failure) = $text =~ /^(\d+)\n(.*)/s or return (undef, 'it could not be started');
+    $failure =~ s/\s+$//;
+    return (undef, $failure) if $failure ne '' || !$pid;
+    return ($pid, undef);
 }
 
 =item pid() / answered() / owner()
@@ -194,7 +273,10 @@ sub _write_ready {
 sub _read_ready {
     my ($self) = @_;
     my $n = sysread($self->{out}, $self->{rbuf}, 1 << 18, length $self->{rbuf});
-    $self->_fail('died', 'it closed its output') if defined $n && $n == 0;
+    if (defined $n && $n == 0) {
+        $self->{ended} = 1;
+        $self->_fail('died', 'it closed its output');
+    }
     if (!defined $n && !$!{EAGAIN} && !$!{EWOULDBLOCK} && !$!{EINTR}) {
         $self->_fail('died', "reading from it failed: $!");
     }
@@ -206,71 +288,47 @@ sub _fail {
     die CRSBridge::Process::Error->new($kind, $what);
 }
 
-=item exit_description()
+=item log_hint()
 
-After the server died: reaps it (waiting up to a second) and describes how it ended
-("exit status 1", "signal 9"); adds the tail of C<CRS_BRIDGE_LOG> when it is set.
-
-=cut
-
-sub exit_description {
-    my ($self) = @_;
-    local $?;
-    my $how = 'it is still running';
-    for (1 .. 100) {
-        my $got = waitpid($self->{pid}, WNOHANG);
-        if ($got == $self->{pid}) {
-            $how = ($? & 127) ? 'killed by signal ' . ($? & 127) : 'exit status ' . ($? >> 8);
-            $self->{signal} = $? & 127;
-            $self->{reaped} = 1;
-            last;
-        }
-        if ($got < 0) { $how = 'already reaped'; $self->{reaped} = 1; last }
-        sleep 0.01;
-    }
-    return $how . $self->_log_tail;
-}
-
-=item killed()
-
-After C<exit_description>: true when the server was ended by a signal (killed from outside,
-e.g. by the OOM killer or an operator) rather than exiting by itself.
+Where the server's log went, for a message about its end: the last lines of the log file,
+or where to look. (Its exit status is not known here: the server is no child of this process.)
 
 =cut
-
-sub killed { return $_[0]{signal} ? 1 : 0 }
 
 # The log is appended to for as long as servers run, and a line can be megabytes: read only
 # its end, and keep the message short.
 use constant { LOG_TAIL_BYTES => 8192, LOG_TAIL_LINES => 5, LOG_LINE_CHARS => 300 };
 
-sub _log_tail {
+sub log_hint {
     my ($self) = @_;
-    return '; its error output went to stderr' if !defined $self->{log} || $self->{log} eq '';
-    open(my $fh, '<', $self->{log}) or return "; see $self->{log}";
+    my $log = $self->{log};
+    return 'its log is in syslog, ident crs-bridge' if $log eq 'syslog';
+    return 'its log went to stderr (to syslog, ident crs-bridge, when stderr is closed or /dev/null)'
+        if $log eq 'stderr';
+    open(my $fh, '<', $log) or return "see $log";
     my $size = -s $fh // 0;
     seek($fh, $size - LOG_TAIL_BYTES, 0) if $size > LOG_TAIL_BYTES;
-    read($fh, my $end, LOG_TAIL_BYTES) // return "; see $self->{log}";
+    read($fh, my $end, LOG_TAIL_BYTES) // return "see $log";
     my @lines = grep { /\S/ } split /\n/, $end;
     my @tail = @lines > LOG_TAIL_LINES ? @lines[ -LOG_TAIL_LINES .. -1 ] : @lines;
     for (@tail) {
         $_ = '...' . substr($_, -LOG_LINE_CHARS) if length > LOG_LINE_CHARS;
     }
-    return "; last lines of $self->{log}: " . join(' | ', @tail);
+    return "last lines of $log: " . join(' | ', @tail);
 }
 
 =item kill()
 
-Kills the server (SIGKILL) and reaps it.
+Kills the server (SIGKILL) unless it has closed its output already (it is ending, and its
+process id may soon be another's); init reaps it.
 
 =cut
 
 sub kill {
     my ($self) = @_;
-    local ($?, $!);
-    CORE::kill('KILL', $self->{pid}) if !$self->{reaped};
-    waitpid($self->{pid}, 0) if !$self->{reaped};
-    $self->{reaped} = 1;
+    local $!;
+    CORE::kill('KILL', $self->{pid}) if !$self->{ended};
+    $self->{ended} = 1;
     $self->_close;
     return;
 }
@@ -278,21 +336,24 @@ sub kill {
 =item stop()
 
 Stops the server cleanly: closes its input (it exits at end of input), waits up to two
-seconds, then kills it.
+seconds for it to close its output (reading what it still answers), then kills it.
 
 =cut
 
 sub stop {
     my ($self) = @_;
-    local ($?, $!);
-    $self->_close;
-    return if $self->{reaped};
-    for (1 .. 200) {
-        my $got = waitpid($self->{pid}, WNOHANG);
-        if ($got != 0) { $self->{reaped} = 1; return }
-        sleep 0.01;
+    close(delete $self->{in}) if $self->{in};
+    $self->{wbuf} = '';
+    my $deadline = time + STOP_SECONDS;
+    while (!$self->{ended} && $self->{out} && time < $deadline) {
+        $self->{rbuf} = '';
+        last if !eval { $self->_wait($deadline); 1 };    # 'died' once the output is closed
     }
-    $self->kill;
+    if ($self->{ended}) {
+        $self->_close;
+    } else {
+        $self->kill;
+    }
     return;
 }
 
@@ -305,7 +366,7 @@ belongs to the parent) alone.
 
 sub abandon {
     my ($self) = @_;
-    $self->{reaped} = 1;
+    $self->{ended} = 1;
     $self->_close;
     return;
 }

@@ -10,6 +10,7 @@ use CRSBridge::Args qw(
     check_arity check_invocant arg_string arg_usize arg_f64 check_finite plain_number MAX_CORES MAX_BYTES
 );
 use CRSBridge::Codec qw(json_str json_int json_num);
+use CRSBridge::Config;
 use CRSBridge::Connection;
 use CRSBridge::Mirror;
 use CRSBridge::Records qw(candidates_param candidates_list resource_param);
@@ -33,30 +34,17 @@ CRSBridge::Scheduler - common base of the crs-bridge drop-ins for PVE::RS::Resou
 See L<PVE::RS::ResourceScheduling::Static> and L<PVE::RS::ResourceScheduling::Dynamic> for
 the methods; this module holds the ones both have.
 
-=head1 ENVIRONMENT
+=head1 SETTINGS
 
-=over
-
-=item CRS_BRIDGE_IMBALANCE
-
-The imbalance formula of new objects: C<raw> (default; proxmox-resource-scheduling 2.0.0, the
-coefficient of variation itself, which libpve-rs-perl 0.13.0 and pve-ha-manager 5.2.0 are built
-with and for which HA's threshold 0.3 was tuned) or C<normalized> (crate 2.1.0, the coefficient
-of variation divided by sqrt(n - 1), within [0, 1]).
-
-=back
+New objects use the imbalance formula of the C<imbalance> setting (L<CRSBridge::Config>):
+C<raw> by default, as the binding this replaces.
 
 =cut
-
-my %FORMULAS = (normalized => 1, raw => 1);
 
 sub _new {
     my $class = shift;
     check_arity('new', [ $class, @_ ], 'class');
-    my $formula = $ENV{CRS_BRIDGE_IMBALANCE};
-    $formula = 'raw' if !defined $formula || $formula eq '';
-    die "crs-bridge: CRS_BRIDGE_IMBALANCE must be 'normalized' or 'raw', got '$formula'\n"
-        if !$FORMULAS{$formula};
+    my $formula = CRSBridge::Config::get('imbalance');
     my $st = { mode => $class->MODE, imbalance => $formula, mirror => CRSBridge::Mirror->new };
     CRSBridge::Connection->instance->create($st);
     return bless { _crs => $st }, $class;
@@ -241,7 +229,7 @@ sub contains_node {
 
 =item calculate_node_imbalance()
 
-The node load imbalance (a number, 0 = balanced; formula per C<CRS_BRIDGE_IMBALANCE>). Static
+The node load imbalance (a number, 0 = balanced; formula per the C<imbalance> setting). Static
 counts every service at its configured limits, Dynamic uses the measured node usage.
 
 =cut

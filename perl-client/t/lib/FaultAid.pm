@@ -11,7 +11,7 @@ use Exporter 'import';
 use POSIX qw(WNOHANG);
 use Time::HiRes qw(time sleep);
 
-our @EXPORT = qw(process_state cpu_ticks wait_gone become_subreaper watchdog);
+our @EXPORT = qw(process_state parent_pid cpu_ticks wait_gone become_subreaper watchdog);
 
 =head1 FUNCTIONS
 
@@ -28,6 +28,18 @@ sub process_state {
     my ($pid) = @_;
     my $stat = _stat($pid) or return undef;
     return $stat->[0];
+}
+
+=item parent_pid($pid)
+
+The parent process id of a process, or undef when there is no such process.
+
+=cut
+
+sub parent_pid {
+    my ($pid) = @_;
+    my $stat = _stat($pid) or return undef;
+    return $stat->[1];
 }
 
 =item cpu_ticks($pid)
@@ -68,7 +80,9 @@ sub wait_gone {
         return ('reaped', $?) if $got == $pid;
         my $state = process_state($pid);
         return ('gone') if !defined $state;
-        return ('zombie') if $state eq 'Z';
+        # A zombie of ours may not be reapable yet: the leader of a process whose other threads
+        # are still ending shows as one.
+        return ('zombie') if $state eq 'Z' && (parent_pid($pid) // 0) != $$;
         return ('running', $state) if time > $until;
         sleep 0.02;
     }

@@ -116,7 +116,7 @@ sub score_nodes_to_start_resource {
 Also the common and extra methods of L<CRSBridge::Scheduler>, and the planning extras
 C<plan_rebalance> and C<explain_migrations> of L<CRSBridge::Planning>.
 
-=head1 ENVIRONMENT
+=head1 CONFIGURATION
 
 As L<PVE::RS::ResourceScheduling::Static>.
 

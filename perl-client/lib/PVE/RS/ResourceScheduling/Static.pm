@@ -151,11 +151,11 @@ C<select_best_balancing_migration> and C<select_best_balancing_migration_topsis>
 L<CRSBridge::Scheduler>; and the crs-bridge planning extras C<plan_rebalance> and
 C<explain_migrations>: see L<CRSBridge::Planning>.
 
-=head1 ENVIRONMENT
+=head1 CONFIGURATION
 
-C<CRS_BRIDGE_COMMAND>, C<CRS_BRIDGE_LOG> (L<CRSBridge::Process>), C<CRS_BRIDGE_TIMEOUT>,
-C<CRS_BRIDGE_START_TIMEOUT> (L<CRSBridge::Connection>), C<CRS_BRIDGE_IMBALANCE>
-(L<CRSBridge::Scheduler>), C<CRS_BRIDGE_JSON> (L<CRSBridge::Codec>).
+F</etc/crs-bridge/crs-bridge.conf> (or the file named by C<CRS_BRIDGE_CONFIG>) and
+C<CRS_BRIDGE_*> environment variables, which win: the server command, the imbalance formula,
+timeouts, the log target, the JSON module. See L<CRSBridge::Config>.
 
 =cut
 
