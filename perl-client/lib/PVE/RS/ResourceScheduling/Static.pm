@@ -5,7 +5,7 @@ use warnings;
 
 use parent 'CRSBridge::Scheduler';
 
-use CRSBridge::Args qw(check_arity arg_string arg_usize out_of_bounds_cores out_of_bounds_bytes);
+use CRSBridge::Args qw(check_arity arg_string arg_str arg_usize out_of_bounds_cores out_of_bounds_bytes);
 use CRSBridge::Codec qw(json_str json_int);
 use CRSBridge::Records qw(static_stats_param);
 
@@ -105,8 +105,8 @@ Returns nothing.
 sub add_service_usage_to_node {
     check_arity('add_service_usage_to_node', \@_, qw(this nodename sid service_stats)) if @_ != 4;
     my $st = CRSBridge::Scheduler::_state($_[0]);
-    my $name = arg_string($_[1]);
-    my $sid = arg_string($_[2]);
+    my $name = arg_str($_[1]);
+    my $sid = arg_str($_[2]);
     my ($json, $refused, $stats) = static_stats_param($_[3], 'service_stats');
     $refused ||= $sid eq '' || $name eq '' || $st->{mirror}->memory_risk($stats->{maxmem});
     CRSBridge::Scheduler::_mutate($st, 'add_service_usage_to_node', json_str($name) . ',' . json_str($sid) . ',' . $json,
@@ -123,7 +123,7 @@ Removes a service from its node(s); an unknown sid is a no-op. Returns nothing.
 sub remove_service_usage {
     check_arity('remove_service_usage', \@_, qw(this sid)) if @_ != 2;
     my $st = CRSBridge::Scheduler::_state($_[0]);
-    my $sid = arg_string($_[1]);
+    my $sid = arg_str($_[1]);
     CRSBridge::Scheduler::_remove_resource($st, 'remove_service_usage', $sid);
     return;
 }
