@@ -80,7 +80,7 @@ def tied_sums(sums, n: int) -> np.ndarray:
     sums = np.asarray(sums, dtype=np.float64)
     if len(sums) < 2:
         return sums
-    order = np.argsort(sums, kind="stable")
+    order = np.argsort(sums)  # equal sums share a group: their order among themselves does not matter
     ordered = sums[order]
     with np.errstate(invalid="ignore"):
         linked = ordered[1:] - ordered[:-1] <= sum_tolerance(n) * (ordered[1:] + ordered[:-1])

@@ -8,7 +8,9 @@ types only (:class:`NodeStats`, :class:`ResourceStats`, :class:`Migration`,
 
 Where crs-bridge deliberately differs from upstream it follows the product decisions: nodes and
 each node's resources keep insertion order (3); unknown targets and targets equal to their
-source are refused (4); the legacy add keeps a resource on the "already moving" error.
+source are refused (4), after upstream's bundle errors of the whole list; the legacy add keeps a
+resource on the "already moving" error; TOPSIS sums of squares that may differ only by their
+rounding are made equal (:func:`tie_sums`), so exact ties keep input order.
 
 Units: cpu in cores (float), memory in bytes (int), loads and imbalances are fractions.
 """
