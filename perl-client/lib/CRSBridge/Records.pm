@@ -158,9 +158,9 @@ sub _scalar_ref { return ref $_[0] eq 'SCALAR' || ref $_[0] eq 'REF' }
 # an element might be something else. Numbers stringify to something starting with a digit, a
 # sign or a dot (the join gives them a string body, which arg_string_list sees through),
 # references to "...(0x...)", undef to an empty element, infinities and NaN to "Inf", "-Inf" and
-# "NaN"; such lists (and names that merely look like that) take the exact path. With \%seen, lists already rendered are looked up by their
-# join (the verdict depends on nothing else): the HA manager's candidates repeat the same few
-# target lists.
+# "NaN"; such lists (and names that merely look like that) take the exact path. With \%seen,
+# lists already rendered are looked up by their join (the verdict depends on nothing else): the
+# HA manager's candidates repeat the same few target lists.
 sub _names_fast {
     my ($list, $seen) = @_;
     return '[]' if !@$list;
