@@ -363,11 +363,6 @@ def alternatives(views: Sequence[View]) -> list[list[float]]:
     ]
 
 
-def alternative(view: View) -> list[float]:
-    """The criteria of one view alone (nothing to tie with)."""
-    return alternatives([view])[0]
-
-
 def tie_sums(sums: Sequence[float], n: int) -> list[float]:
     """Left-to-right sums of ``n`` non-negative terms that may be equal in exact arithmetic made
     equal: a and b are linked when ``|a - b| <= c (a + b)``, c = g / (1 - g), g = n u / (1 - n u),
