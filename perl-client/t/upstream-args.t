@@ -265,6 +265,11 @@ subtest '6. where upstream fails anyway, its error wins' => sub {
         like(error_of { $st->$method([ $list[0] ], 1) }, qr/^Invalid params: candidates\[0\]\.nodes\[0\]: .*source node/,
             "$method: alone, the target is still refused");
     }
+    is(error_of { $st->score_best_balancing_migration_candidates([ { leader => '', resources => [''], nodes => ['n2'] } ], 1) },
+        "leader '' is not present in the cluster usage\n", 'an empty leader');
+    is(error_of {
+        $st->score_best_balancing_migration_candidates([ { %{ $list[0] }, nodes => [''] }, $list[1] ], 1);
+    }, "leader 'vm:415' is not present in the cluster usage\n", 'an empty target, then an unknown leader');
     my $service = sub { { stats => { maxcpu => $_[0], maxmem => GiB }, running => 1, 'current-node' => 'nowhere' } };
     is(error_of { $st->add_service('', $service->(1)) }, "current node for resource '' does not exist\n",
         'an empty sid on an unknown node');
