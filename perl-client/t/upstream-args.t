@@ -277,6 +277,18 @@ subtest '6. where upstream fails anyway, its error wins' => sub {
         'negative cores on an unknown node');
     is(error_of { $st->add_service('vm:1', { %{ $service->(-1) }, 'current-node' => 'n1' }) },
         "resource 'vm:1' already exists\n", 'negative cores for a known sid');
+    is(error_of { $st->add_service('vm:2', $service->(9**9**9)) }, "current node for resource 'vm:2' does not exist\n",
+        'infinite cores (which JSON cannot carry) on an unknown node');
+    is(error_of { $st->add_service_usage_to_node('nowhere', 'vm:3', { maxcpu => -9**9**9, maxmem => 1 }) },
+        "current node for resource 'vm:3' does not exist\n", 'legacy add of infinite cores to an unknown node');
+    like(error_of { $st->add_service('vm:2', { %{ $service->(9**9**9) }, 'current-node' => 'n2' }) },
+        qr/^Invalid params: service\.stats\.maxcpu: Input should be a finite number\n\z/,
+        'infinite cores where upstream would add them: refused');
+    my $d = $DYNAMIC->new();
+    $d->add_node('n1', { cpu => 1, maxcpu => 4, mem => GiB, maxmem => 8 * GiB });
+    my $nan = 9**9**9 - 9**9**9;
+    is(error_of { $d->add_node('n1', { cpu => $nan, maxcpu => 4, mem => GiB, maxmem => 8 * GiB }) },
+        "node 'n1' already exists\n", 'NaN usage for a known node');
     is(error_of { $st->add_node('n1', 0, GiB) }, "node 'n1' already exists\n", 'zero cores for a known node');
     is(error_of { $st->add_service_usage_to_node('', 'vm:3', $STATS->()) }, "current node for resource 'vm:3' does not exist\n",
         'legacy add to an empty node name');

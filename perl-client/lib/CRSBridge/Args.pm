@@ -17,7 +17,7 @@ use Scalar::Util ();
 our @EXPORT_OK = qw(
     check_arity check_invocant
     arg_usize arg_f64 arg_string arg_str arg_opt_string arg_bool arg_struct arg_string_list
-    out_of_bounds_cores out_of_bounds_bytes check_finite plain_number
+    out_of_bounds_cores out_of_bounds_bytes check_finite finite_problem plain_number
     MAX_BYTES MAX_CORES
 );
 
@@ -346,18 +346,25 @@ sub out_of_bounds_bytes {
     return $value > MAX_BYTES || ($positive && $value == 0);
 }
 
-=head2 check_finite($field, $value)
+=head2 check_finite($field, $value) / finite_problem($field, $value)
 
-Dies when a decoded number is infinite or NaN (JSON cannot carry it; upstream would compute
-NaN with it), with the server's wording for the same error. Returns the value.
+C<check_finite> dies when a decoded number is infinite or NaN (JSON cannot carry it; upstream
+would compute NaN with it), with the server's wording for the same error, and returns the
+value; C<finite_problem> returns that message (undef for a finite number), for a caller that
+must raise upstream's errors of the same call first.
 
 =cut
 
-sub check_finite {
+sub finite_problem {
     my ($field, $value) = @_;
-    die "Invalid params: $field: Input should be a finite number\n"
-        if $value != $value || $value * 0 != 0;
-    return $value;
+    return undef if $value == $value && $value * 0 == 0;
+    return "Invalid params: $field: Input should be a finite number\n";
+}
+
+sub check_finite {
+    my $problem = finite_problem(@_);
+    die $problem if $problem;
+    return $_[1];
 }
 
 1;

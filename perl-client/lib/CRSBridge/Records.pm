@@ -18,7 +18,7 @@ use Exporter 'import';
 use Scalar::Util ();
 use CRSBridge::Args qw(
     arg_usize arg_f64 arg_string arg_opt_string arg_bool arg_struct arg_string_list
-    out_of_bounds_cores out_of_bounds_bytes check_finite plain_number MAX_BYTES MAX_CORES
+    out_of_bounds_cores out_of_bounds_bytes finite_problem plain_number MAX_BYTES MAX_CORES
 );
 use CRSBridge::Codec qw(json_str json_num json_int json_str_list);
 
@@ -38,21 +38,23 @@ CRSBridge::Records - decode and render the binding's input records
 
 =head1 FUNCTIONS
 
-Each takes the caller's value as C<$_[0]>, dies with upstream's decoding error (or, for
-infinite and NaN numbers, which JSON cannot carry, with the server's wording), and returns
-the JSON text plus a flag that is true when the server will refuse a value (crs-bridge's
-bounds, C<out_of_bounds_cores> in L<CRSBridge::Args>): the caller then lets the server say why.
+Each takes the caller's value as C<$_[0]>, dies with upstream's decoding error, and returns
+the JSON text plus C<$refused>: true when the server will refuse a value (crs-bridge's bounds,
+C<out_of_bounds_cores> in L<CRSBridge::Args>): the caller then lets the server say why. An
+infinite or NaN number, which JSON cannot carry, dies with the server's wording; for a
+mutation (the adds' records, and C<static_stats_param> with C<$mutation>) C<$refused> is that
+message instead, to be raised once upstream's own errors of the call are ruled out.
 
 =over
 
-=item static_stats_param($value, $where)
+=item static_stats_param($value, $where, $mutation)
 
 C<{maxcpu, maxmem}> (cores, bytes) -> C<($json, $refused)>.
 
 =cut
 
 sub static_stats_param {
-    return stats_json(static_stats($_[0]), $_[1]);
+    return stats_json(static_stats($_[0]), $_[1], 0, $_[2]);
 }
 
 =item dynamic_stats_param($value, $where)
@@ -73,7 +75,7 @@ positive) -> C<($json, $refused, \%decoded_stats)>.
 =cut
 
 sub node_stats_param {
-    return stats_json(dynamic_node_stats($_[0]), $_[1], 1);
+    return stats_json(dynamic_node_stats($_[0]), $_[1], 1, 1);
 }
 
 =item resource_param($value, $mode, $where)
@@ -87,7 +89,7 @@ does not come here: L<CRSBridge::Scheduler> renders it itself, as this would.)
 sub resource_param {
     my ($mode, $where) = @_[1, 2];
     my $r = resource($_[0], $mode eq 'static' ? \&static_stats : \&dynamic_resource_stats);
-    my ($stats, $refused) = stats_json($r->{stats}, "$where.stats");
+    my ($stats, $refused) = stats_json($r->{stats}, "$where.stats", 0, 1);
     my ($current, $target) = @$r{qw(current target)};
     $refused ||= $current eq '' || (defined $target && $target eq '');
     return (_resource_json($stats, $r->{running}, $current, $target), $refused, $current, $target, $r->{stats}{maxmem});
@@ -233,21 +235,28 @@ sub resource {
     return { stats => $r->{stats}, running => $r->{running}, current => $r->{'current-node'}, target => $r->{'target-node'} };
 }
 
-=item stats_json(\%stats, $where, $node)
+=item stats_json(\%stats, $where, $node, $mutation)
 
 Renders decoded stats of any kind (C<$node> true for node stats, whose capacities must be
-positive) as C<($json, $refused)>; core counts become numbers, byte counts integers.
+positive) as C<($json, $refused)>; core counts become numbers, byte counts integers. A
+non-finite core count dies, or with C<$mutation> gives C<('null', $message)> (see the top).
 
 =cut
 
 sub stats_json {
-    my ($s, $where, $node) = @_;
+    my ($s, $where, $node, $mutation) = @_;
+    my $problem = (exists $s->{cpu} && finite_problem("$where.cpu", $s->{cpu}))
+        || finite_problem("$where.maxcpu", $s->{maxcpu});
+    if ($problem) {
+        die $problem if !$mutation;
+        return ('null', $problem, $s);
+    }
     my ($json, $refused) = ('{', 0);
     if (exists $s->{cpu}) {
-        $refused ||= out_of_bounds_cores(check_finite("$where.cpu", $s->{cpu}));
+        $refused ||= out_of_bounds_cores($s->{cpu});
         $json .= '"cpu":' . json_num($s->{cpu}) . ',';
     }
-    $refused ||= out_of_bounds_cores(check_finite("$where.maxcpu", $s->{maxcpu}), $node);
+    $refused ||= out_of_bounds_cores($s->{maxcpu}, $node);
     $json .= '"maxcpu":' . json_num($s->{maxcpu});
     if (exists $s->{mem}) {
         $refused ||= out_of_bounds_bytes($s->{mem});

@@ -80,13 +80,15 @@ sub _binding {
 # upstream's message, and records it. When the server will refuse a value ($refused), the
 # mutation is sent at once instead, so that the server's message (naming the field) is what
 # the caller sees (unless upstream fails anyway: the mirror checks first), and the mirror follows
-# only if the server accepted it.
+# only if the server accepted it. $refused may be the client's own refusal, a message (a value
+# JSON cannot carry, see CRSBridge::Records): raised once the mirror found no upstream error.
 sub _mutate {
     my ($st, $method, $args, $refused, $op, @args) = @_;
     die $st->{poison} if $st->{poison};
     my $conn = CRSBridge::Connection->instance;
     if ($refused) {
         $st->{mirror}->check($op, @args);
+        die $refused if $refused =~ /\n\z/;
         $conn->call_mutation($st, $method, $args);
         $st->{mirror}->$op(@args);
         return;
