@@ -37,6 +37,8 @@ subtest 'f64' => sub {
     is(arg_f64($s), 2.25, 'a string used as a number');
     is(error_of { arg_f64('2') }, qq(error: invalid type: string "2", expected f64\n), 'a plain string');
     is(error_of { arg_f64(undef) }, "error: invalid type: unit value, expected f64\n", 'undef');
+    is(arg_f64(18446744073709551615), -1, 'an unsigned integer past 2**63 wraps, as SvIV reads it');
+    is(arg_f64(1.8446744073709552e19), 1.8446744073709552e19, 'a float does not');
 };
 
 subtest 'string, option, bool' => sub {

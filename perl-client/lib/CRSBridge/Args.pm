@@ -170,8 +170,9 @@ sub _sv_iv {
 =head2 arg_f64($value)
 
 A floating point number as upstream decodes an C<f64>: numbers and strings Perl has used as
-numbers are accepted, plain strings (C<"2"> read from a file and never used as a number) and
-undef die with serde's text. Returns the number.
+numbers are accepted (an integer as C<SvIV> reads it: 2**64 - 1 held as an unsigned integer
+is -1), plain strings (C<"2"> read from a file and never used as a number) and undef die with
+serde's text. Returns the number.
 
 =cut
 
@@ -179,6 +180,9 @@ sub arg_f64 {
     return arg_f64(${ $_[0] }) if _scalar_ref($_[0]);
     die "error: invalid type: unit value, expected f64\n" if !defined $_[0];
     _type_error('f64', $_[0]) if ref $_[0] || _string_only($_[0]);
+    my $class = ref B::svref_2object(\$_[0]);
+    # perlmod reads a number without a float part by SvIV: an unsigned integer past 2**63 wraps.
+    return 0 + _sv_iv($_[0]) if $class eq 'B::IV' || $class eq 'B::PVIV';
     no warnings 'numeric';
     return 0 + $_[0];
 }
