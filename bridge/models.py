@@ -256,11 +256,13 @@ Usage = Annotated[StaticUsage | DynamicUsage, Field(discriminator="mode")]
 
 class CompactCandidate(Record):
     """A bundle as the HA manager builds it: ``leader`` sid, the bundle's ``resources`` (leader
-    included) and the allowed target ``nodes``; one candidate per target, in ``nodes`` order."""
+    included) and the allowed target ``nodes``; one candidate per target, in ``nodes`` order.
+    Any string, even an empty one: the engine reports an unknown name in upstream's order (an
+    unknown leader anywhere in the list before an unknown target)."""
 
-    leader: Name
-    nodes: InParts(Name)
-    resources: InParts(Name)
+    leader: str
+    nodes: InParts(str)
+    resources: InParts(str)
 
 
 class Candidate(Record):

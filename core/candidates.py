@@ -221,39 +221,29 @@ def bundle_stats(usage: Usage, bundle: CompactCandidate) -> tuple[str, ResourceS
 def expand_compact(usage: Usage, view: NodeView, compact: Sequence[CompactCandidate]) -> CandidateBatch:
     """Expand bundles into one candidate per allowed target, in bundle then ``nodes`` order.
 
-    Any invalid bundle or target fails the whole call (no partial result); errors come in
-    bundle order, a bundle's own errors before those of its targets.
+    Any invalid bundle or target fails the whole call (no partial result). Upstream's errors
+    (:func:`bundle_stats`, in bundle order) come first, for the whole list: where upstream
+    fails anyway, its error wins over crs-bridge's own refusals (a bundle's memory beyond the
+    limit, unknown targets and targets equal to the source, product decision 4), which come
+    next, in bundle order.
     """
     index = view.index()
-    sources: list[int] = []
-    cpu: list[float] = []
-    mem: list[int] = []
-    counts: list[int] = []
-    targets: list[str] = []
-    try:
-        for i, bundle in enumerate(compact):
-            source_name, stats = bundle_stats(usage, bundle)
-            if stats.mem > MAX_BYTES:
-                raise InvalidInputError(f"candidates[{i}].resources", f"bundle memory exceeds {MAX_BYTES} bytes")
-            sources.append(index[source_name])
-            cpu.append(stats.cpu)
-            mem.append(stats.mem)
-            counts.append(len(bundle.nodes))
-            targets.extend(bundle.nodes)
-    finally:
-        # Targets of the bundles before a failing one are checked first, to report errors in order.
-        repeats = np.array(counts, dtype=np.int64)  # converted once, not by every np.repeat
-        src = np.repeat(np.array(sources, dtype=np.int64), repeats)
-        tgt = _node_indices(index, targets)
-        _check_targets(compact, counts, src, tgt)
+    bundles = [bundle_stats(usage, bundle) for bundle in compact]
+    for i, (_, stats) in enumerate(bundles):
+        if stats.mem > MAX_BYTES:
+            raise InvalidInputError(f"candidates[{i}].resources", f"bundle memory exceeds {MAX_BYTES} bytes")
+    counts = np.array([len(bundle.nodes) for bundle in compact], dtype=np.int64)
+    src = np.repeat(np.array([index[source] for source, _ in bundles], dtype=np.int64), counts)
+    tgt = _node_indices(index, [name for bundle in compact for name in bundle.nodes])
+    _check_targets(compact, counts.tolist(), src, tgt)
     return CandidateBatch(
         view=view,
         sids=[bundle.leader for bundle in compact],
-        sid_index=np.repeat(np.arange(len(counts), dtype=np.int64), repeats),
+        sid_index=np.repeat(np.arange(len(counts), dtype=np.int64), counts),
         src=src,
         tgt=tgt,
-        cpu=np.repeat(np.array(cpu, dtype=np.float64), repeats),
-        mem=np.repeat(np.array(mem, dtype=np.int64), repeats),
+        cpu=np.repeat(np.array([stats.cpu for _, stats in bundles], dtype=np.float64), counts),
+        mem=np.repeat(np.array([stats.mem for _, stats in bundles], dtype=np.int64), counts),
     )
 
 

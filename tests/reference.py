@@ -8,7 +8,9 @@ types only (:class:`NodeStats`, :class:`ResourceStats`, :class:`Migration`,
 
 Where crs-bridge deliberately differs from upstream it follows the product decisions: nodes and
 each node's resources keep insertion order (3); unknown targets and targets equal to their
-source are refused (4); the legacy add keeps a resource on the "already moving" error.
+source are refused (4), after upstream's bundle errors of the whole list; the legacy add keeps a
+resource on the "already moving" error; TOPSIS sums of squares that may differ only by their
+rounding are made equal (:func:`tie_sums`), so exact ties keep input order.
 
 Units: cpu in cores (float), memory in bytes (int), loads and imbalances are fractions.
 """
@@ -261,35 +263,41 @@ class RefUsage:
 
 
 def expand(usage: RefUsage, compact: Sequence[CompactCandidate]) -> list[Candidate]:
-    """Concrete candidates in bundle then ``nodes`` order; upstream's checks, then ours on targets."""
+    """Concrete candidates in bundle then ``nodes`` order; upstream's checks over all bundles
+    first (its error wins where it fails anyway), then ours on targets."""
+    bundles = [(bundle, *_bundle(usage, bundle)) for bundle in compact]
     out = []
-    for i, bundle in enumerate(compact):
-        leader = usage.resources.get(bundle.leader)
-        if leader is None:
-            raise SchedulingError(f"leader '{bundle.leader}' is not present in the cluster usage")
-        if leader.target is not None:
-            raise SchedulingError(f"leader '{bundle.leader}' is non-stationary")
-        if bundle.leader not in bundle.resources:
-            raise SchedulingError(f"leader '{bundle.leader}' is not present in the resources list")
-        cpu, maxcpu, mem, maxmem = 0.0, 0.0, 0, 0
-        for sid in bundle.resources:
-            res = usage.resources.get(sid)
-            if res is None:
-                raise SchedulingError(f"resource '{sid}' is not present in the cluster usage")
-            if res.target is None and res.current != leader.current:
-                raise SchedulingError(f"resource '{sid}' is on other node than leader")
-            if res.target is not None:
-                raise SchedulingError(f"resource '{sid}' is non-stationary")
-            cpu, maxcpu = cpu + res.stats.cpu, maxcpu + res.stats.maxcpu
-            mem, maxmem = mem + res.stats.mem, maxmem + res.stats.maxmem
-        stats = ResourceStats(cpu, maxcpu, mem, maxmem)
+    for i, (bundle, source, stats) in enumerate(bundles):
         for k, target in enumerate(bundle.nodes):
             if target not in usage.nodes:
                 raise InvalidInputError(f"candidates[{i}].nodes[{k}]", f"target node '{target}' does not exist")
-            if target == leader.current:
+            if target == source:
                 raise InvalidInputError(f"candidates[{i}].nodes[{k}]", f"target node '{target}' is the source node")
-            out.append((Migration(bundle.leader, leader.current, target), stats))
+            out.append((Migration(bundle.leader, source, target), stats))
     return out
+
+
+def _bundle(usage: RefUsage, bundle: CompactCandidate) -> tuple[str, ResourceStats]:
+    """(leader's node, summed stats) of a bundle that passes upstream's checks."""
+    leader = usage.resources.get(bundle.leader)
+    if leader is None:
+        raise SchedulingError(f"leader '{bundle.leader}' is not present in the cluster usage")
+    if leader.target is not None:
+        raise SchedulingError(f"leader '{bundle.leader}' is non-stationary")
+    if bundle.leader not in bundle.resources:
+        raise SchedulingError(f"leader '{bundle.leader}' is not present in the resources list")
+    cpu, maxcpu, mem, maxmem = 0.0, 0.0, 0, 0
+    for sid in bundle.resources:
+        res = usage.resources.get(sid)
+        if res is None:
+            raise SchedulingError(f"resource '{sid}' is not present in the cluster usage")
+        if res.target is None and res.current != leader.current:
+            raise SchedulingError(f"resource '{sid}' is on other node than leader")
+        if res.target is not None:
+            raise SchedulingError(f"resource '{sid}' is non-stationary")
+        cpu, maxcpu = cpu + res.stats.cpu, maxcpu + res.stats.maxcpu
+        mem, maxmem = mem + res.stats.mem, maxmem + res.stats.maxmem
+    return leader.current, ResourceStats(cpu, maxcpu, mem, maxmem)
 
 
 # -- migrations (math.md §5.3, §5.4) ---------------------------------------------------------
@@ -330,9 +338,8 @@ def bruteforce(view: View, candidates: Sequence[Candidate], limit: int, formula:
 # -- TOPSIS (math.md §5.5, §5.6) -------------------------------------------------------------
 
 
-def alternative(view: View) -> list[float]:
-    """(1 + RMS cpu load, 1 + max cpu load, 1 + RMS memory load, 1 + max memory load)."""
-    n = len(view)
+def alternative_parts(view: View) -> tuple[float, float, float, float]:
+    """(sum of squared cpu loads, max cpu load, sum of squared memory loads, max memory load)."""
     sq_cpu, sq_mem, top_cpu, top_mem = 0.0, 0.0, 0.0, 0.0
     for _, node in view:
         c, m = cpu_load(node), mem_load(node)
@@ -340,7 +347,44 @@ def alternative(view: View) -> list[float]:
         sq_mem += m * m
         top_cpu = rust_max(top_cpu, c)
         top_mem = rust_max(top_mem, m)
-    return [1.0 + math.sqrt(sq_cpu / n), 1.0 + top_cpu, 1.0 + math.sqrt(sq_mem / n), 1.0 + top_mem]
+    return sq_cpu, top_cpu, sq_mem, top_mem
+
+
+def alternatives(views: Sequence[View]) -> list[list[float]]:
+    """The criteria of each view: (1 + RMS cpu load, 1 + max cpu load, 1 + RMS memory load,
+    1 + max memory load), the sums of squares tied first (:func:`tie_sums`)."""
+    parts = [alternative_parts(view) for view in views]
+    n = len(views[0]) if views else 0
+    sq_cpu = tie_sums([p[0] for p in parts], n)
+    sq_mem = tie_sums([p[2] for p in parts], n)
+    return [
+        [1.0 + math.sqrt(sq_cpu[i] / n), 1.0 + p[1], 1.0 + math.sqrt(sq_mem[i] / n), 1.0 + p[3]]
+        for i, p in enumerate(parts)
+    ]
+
+
+def tie_sums(sums: Sequence[float], n: int) -> list[float]:
+    """Left-to-right sums of ``n`` non-negative terms that may be equal in exact arithmetic made
+    equal: a and b are linked when ``|a - b| <= c (a + b)``, c = g / (1 - g), g = n u / (1 - n u),
+    u = 2**-53 (the error bound of such sums, with one term to spare); each sum becomes the
+    smallest of the sums linked to it directly or through others. Non-finite sums stay."""
+    u = 2.0**-53
+    g = n * u / (1.0 - n * u)
+    c = g / (1.0 - g)
+    distinct = sorted({v for v in sums if math.isfinite(v)})
+    smallest = {v: v for v in distinct}  # union-find; a root is its group's smallest sum
+
+    def root(v: float) -> float:
+        while smallest[v] != v:
+            v = smallest[v]
+        return v
+
+    for i, a in enumerate(distinct):
+        for b in distinct[i + 1 :]:
+            if abs(b - a) <= c * (a + b):
+                ra, rb = root(a), root(b)
+                smallest[max(ra, rb)] = min(ra, rb)
+    return [root(v) if math.isfinite(v) else v for v in sums]
 
 
 def topsis_scores(matrix: Sequence[Sequence[float]], weights: Sequence[float] = WEIGHTS) -> list[float]:
@@ -384,14 +428,13 @@ def topsis_rank(scores: Sequence[float]) -> list[int]:
 
 def topsis(view: View, candidates: Sequence[Candidate], limit: int, formula: str = "raw") -> list[Scored]:
     """First ``limit`` candidates in TOPSIS rank order, each with its truncated imbalance."""
-    matrix = [alternative(what_if(view, *c)) for c in candidates]
-    ranked = topsis_rank(topsis_scores(matrix))[:limit]
+    ranked = topsis_rank(topsis_candidate_scores(view, candidates))[:limit]
     return [(candidates[i][0], migration_imbalance(view, candidates[i], formula)) for i in ranked]
 
 
 def topsis_candidate_scores(view: View, candidates: Sequence[Candidate]) -> list[float]:
     """TOPSIS score of every candidate, in input order."""
-    return topsis_scores([alternative(what_if(view, *c)) for c in candidates])
+    return topsis_scores(alternatives([what_if(view, *c) for c in candidates]))
 
 
 # -- starting a resource (math.md §5.7) ------------------------------------------------------
@@ -399,10 +442,8 @@ def topsis_candidate_scores(view: View, candidates: Sequence[Candidate]) -> list
 
 def start_scores(view: View, stats: ResourceStats) -> list[tuple[str, float]]:
     """(node, score) for each node in view order: alternative X adds ``stats`` started on X only."""
-    matrix = []
-    for x, _ in view:
-        matrix.append(alternative([(name, add_started(node, stats) if name == x else node) for name, node in view]))
-    scores = topsis_scores(matrix)
+    views = [[(name, add_started(node, stats) if name == x else node) for name, node in view] for x, _ in view]
+    scores = topsis_scores(alternatives(views))
     return [(name, scores[i]) for i, (name, _) in enumerate(view)]
 
 

@@ -590,7 +590,20 @@ CASES = [
         INVALID_PARAMS,
         ("candidates[0].nodes[0]", "is the source node"),
     ),
-    Case("bundle-empty-leader", score_on_s([bundle("", ["vm:1"], ["n2"])]), INVALID_PARAMS, ("candidates[0].leader",)),
+    # Upstream fails on an empty leader anyway (no sid is empty): its error, not a refusal of ours.
+    Case(
+        "bundle-empty-leader",
+        score_on_s([bundle("", ["vm:1"], ["n2"])]),
+        SCHEDULING,
+        ("leader '' is not present in the cluster usage",),
+    ),
+    Case("bundle-empty-target", score_on_s([bundle("vm:1", ["vm:1"], [""])]), INVALID_PARAMS, ("candidates[0].nodes[0]",)),
+    Case(
+        "bundle-empty-target-then-unknown-leader",
+        score_on_s([bundle("vm:1", ["vm:1"], [""]), bundle("vm:9", ["vm:9"], ["n2"])]),
+        SCHEDULING,
+        ("leader 'vm:9' is not present in the cluster usage",),
+    ),
     Case(
         "bundle-nodes-not-list",
         score_on_s([{"leader": "vm:1", "resources": ["vm:1"], "nodes": "n2"}]),

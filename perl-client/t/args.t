@@ -10,7 +10,7 @@ use lib "$FindBin::Bin/lib", "$FindBin::Bin/../lib";
 
 use Test::More;
 use CRSBridgeTest;
-use CRSBridge::Args qw(arg_usize arg_f64 arg_string arg_opt_string arg_bool arg_struct check_arity);
+use CRSBridge::Args qw(arg_usize arg_f64 arg_string arg_opt_string arg_bool arg_struct arg_string_list check_arity);
 use CRSBridge::Codec qw(json_num json_str);
 use CRSBridge::Records qw(candidates_param);
 
@@ -37,6 +37,8 @@ subtest 'f64' => sub {
     is(arg_f64($s), 2.25, 'a string used as a number');
     is(error_of { arg_f64('2') }, qq(error: invalid type: string "2", expected f64\n), 'a plain string');
     is(error_of { arg_f64(undef) }, "error: invalid type: unit value, expected f64\n", 'undef');
+    is(arg_f64(18446744073709551615), -1, 'an unsigned integer past 2**63 wraps, as SvIV reads it');
+    is(arg_f64(1.8446744073709552e19), 1.8446744073709552e19, 'a float does not');
 };
 
 subtest 'string, option, bool' => sub {
@@ -57,11 +59,22 @@ subtest 'string, option, bool' => sub {
 };
 
 subtest 'struct and arity' => sub {
-    is_deeply(arg_struct([ 1, 2 ], 'S', [qw(a b)]), { a => 1, b => 2 }, 'positional');
-    is(error_of { arg_struct([1], 'S', [qw(a b)]) }, "error: invalid length 1, expected struct S with 2 elements\n",
-        'too short');
-    is(error_of { arg_struct('x', 'S', [qw(a b)]) }, qq(error: invalid type: string "x", expected struct S\n),
+    my @fields = (a => \&arg_usize, b => \&arg_opt_string);
+    is_deeply(arg_struct([ 1, 'x' ], 'S', \@fields), { a => 1, b => 'x' }, 'positional');
+    is_deeply(arg_struct({ a => 1, c => [] }, 'S', \@fields, 1), { a => 1 }, 'an optional field absent, unknown keys ignored');
+    is(error_of { arg_struct([1], 'S', \@fields, 1) }, "error: invalid length 1, expected struct S with 2 elements\n",
+        'too short, even when only the optional field is missing');
+    is(error_of { arg_struct([ 'x' ], 'S', \@fields) }, qq(error: invalid type: string "x", expected usize\n),
+        'elements are decoded in order before the length is judged');
+    is(error_of { arg_struct({ b => 5 }, 'S', \@fields) }, "error: invalid type: integer `5`, expected a string\n",
+        'an invalid field beats a missing one');
+    is(error_of { arg_struct('x', 'S', \@fields) }, qq(error: invalid type: string "x", expected struct S\n),
         'not a struct');
+    eval { arg_struct(1.5, 'S', \@fields) } for 1 .. 2;    # once a float has passed (a lexical copy would keep its body)
+    is(error_of { arg_struct(5, 'S', \@fields) }, "error: invalid type: integer `5`, expected struct S\n",
+        'an integer is still an integer');
+    eval { arg_string_list(1.5) } for 1 .. 2;
+    is(error_of { arg_string_list(-1) }, "error: invalid type: integer `-1`, expected a sequence\n", 'in a list too');
     is(error_of { check_arity('f', [ 1, 2, 3 ], qw(this a)) }, "too many parameters for function 'f', (expected 2)\n",
         'too many');
     is(error_of { check_arity('f', [1], qw(this a)) }, "missing required parameter: 'a'\n", 'missing');
@@ -73,12 +86,12 @@ subtest 'candidates' => sub {
     is(candidates_param([ { leader => 'vm:1', resources => ['vm:1'], nodes => [ 'a"b', "9x" ] } ]),
         '[{"leader":"vm:1","resources":["vm:1"],"nodes":["a\"b","9x"]}]', 'escapes and digit names');
     is(error_of { candidates_param([ { leader => 'vm:1', resources => ['vm:1'], nodes => [undef] } ]) },
-        "error: invalid type: unit value, expected a string\n", 'undef name');
+        "error: invalid type: Option value, expected a string\n", 'undef name');
     is(error_of { candidates_param([ { leader => 'vm:1', resources => ['vm:1'], nodes => [ {} ] } ]) },
         "error: invalid type: map, expected a string\n", 'hash as a name');
     is(error_of { candidates_param([ { leader => 'vm:1', resources => 'vm:1', nodes => [] } ]) },
         qq(error: invalid type: string "vm:1", expected a sequence\n), 'a string as a list');
-    is(error_of { candidates_param(undef) }, "error: invalid type: unit value, expected a sequence\n", 'undef');
+    is(error_of { candidates_param(undef) }, "error: invalid type: Option value, expected a sequence\n", 'undef');
 };
 
 subtest 'numbers on the wire' => sub {

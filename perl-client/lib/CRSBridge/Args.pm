@@ -16,15 +16,14 @@ use Scalar::Util ();
 
 our @EXPORT_OK = qw(
     check_arity check_invocant
-    arg_usize arg_f64 arg_string arg_opt_string arg_bool arg_struct arg_string_list missing_field
-    out_of_bounds_cores out_of_bounds_bytes check_finite plain_number
+    arg_usize arg_f64 arg_string arg_str arg_opt_string arg_bool arg_struct arg_string_list
+    out_of_bounds_cores out_of_bounds_bytes check_finite finite_problem plain_number
     MAX_BYTES MAX_CORES
 );
 
 # Largest byte count and core count crs-bridge accepts (core/limits.py).
 use constant MAX_BYTES => 4611686018427387903;    # 2**62 - 1
 use constant MAX_CORES => 9007199254740992;       # 2**53
-use constant IV_MAX => 9223372036854775807;
 
 BEGIN {
     warnings->unimport('experimental::builtin') if $] >= 5.036;
@@ -87,16 +86,19 @@ sub _string_only {
 }
 
 # serde's description of an unexpected value ("string \"abc\"", "integer `5`", "map" ...).
+# perlmod hands undef to a visitor that prefers a string (strings, records, lists) as an
+# Option's none, and to one that prefers a number (arg_usize, arg_f64) as a unit value.
 sub _unexpected {
     my $v = $_[0];
-    return 'unit value' if !defined $v;
+    return 'Option value' if !defined $v;
     my $ref = ref $v;
     return 'map' if $ref eq 'HASH' || (Scalar::Util::reftype($v) // '') eq 'HASH';
     return 'sequence' if $ref eq 'ARRAY' || (Scalar::Util::reftype($v) // '') eq 'ARRAY';
     return 'other' if $ref;
     if (!_string_only($_[0]) && _plain_number($_[0])) {
         my $class = ref B::svref_2object(\$_[0]);
-        return "integer `" . int($v) . "`" if $class eq 'B::IV' || $class eq 'B::PVIV';    # PVIV: see arg_string_list
+        # perlmod's i64 of it (SvIV: an unsigned integer past 2**63 wraps); PVIV: see arg_string_list
+        return "integer `" . _sv_iv($_[0]) . "`" if $class eq 'B::IV' || $class eq 'B::PVIV';
         return 'floating point `' . _rust_float($v) . '`';
     }
     (my $quoted = "$v") =~ s/(["\\])/\\$1/g;
@@ -106,13 +108,25 @@ sub _unexpected {
     return qq(string "$quoted");
 }
 
+# serde's text of a float in an "invalid type" error: Rust's Display (the shortest digits that
+# read back as the same double, never an exponent), ".0" added to an integral value; inf, NaN.
 sub _rust_float {
     my ($v) = @_;
     return 'NaN' if $v != $v;
     return $v > 0 ? 'inf' : '-inf' if $v * 0 != 0;
-    return sprintf('%.1f', $v) if $v == int($v) && abs($v) < 1e16;
-    my $s = sprintf('%.15g', $v);
-    return $s == $v ? $s : sprintf('%.17g', $v);
+    my $e;
+    for my $digits (1 .. 17) {
+        $e = sprintf('%.*e', $digits - 1, $v);
+        last if $e == $v;
+    }
+    my ($sign, $lead, $rest, $exp) = $e =~ /^(-?)(\d)\.?(\d*)e([-+]\d+)$/;
+    (my $mantissa = $lead . $rest) =~ s/0+$//;
+    $mantissa = '0' if $mantissa eq '';
+    my $point = $exp + 1;    # digits before the decimal point
+    my $text = $point <= 0 ? '0.' . ('0' x -$point) . $mantissa
+        : $point >= length $mantissa ? $mantissa . ('0' x ($point - length $mantissa)) . '.0'
+        : substr($mantissa, 0, $point) . '.' . substr($mantissa, $point);
+    return $sign . $text;
 }
 
 sub _type_error {
@@ -129,51 +143,76 @@ sub _scalar_ref {
 
 =head2 arg_usize($value)
 
-An unsigned integer as upstream decodes a C<usize>: numbers (and strings Perl has used as
-numbers) are truncated toward zero; plain strings, undef and negative values die with serde's
-text. Returns the integer.
+An unsigned integer as upstream decodes a C<usize>: perlmod takes a number's (and a string's
+Perl has used as a number) integer value as Perl's C<SvIV> gives it: truncated toward zero,
+and past the signed 64-bit range wrapped (2**63 reads as -2**63, 1e30 and inf as -1, -inf as
+-2**63, NaN as 0). Plain strings, undef and negative values die with serde's text. Returns
+the integer.
 
 =cut
 
 sub arg_usize {
     return arg_usize(${ $_[0] }) if _scalar_ref($_[0]);
-    _type_error('usize', $_[0]) if !defined $_[0] || ref $_[0] || _string_only($_[0]);
-    my $iv = do { no warnings 'numeric'; int($_[0]) };
-    $iv = 0 if $iv != $iv;
-    $iv = IV_MAX if $iv > IV_MAX;
-    $iv = -IV_MAX - 1 if $iv < -IV_MAX - 1;
-    die "error: invalid value: integer `" . sprintf('%d', $iv) . "`, expected usize\n" if $iv < 0;
+    die "error: invalid type: unit value, expected usize\n" if !defined $_[0];
+    _type_error('usize', $_[0]) if ref $_[0] || _string_only($_[0]);
+    my $iv = _sv_iv($_[0]);
+    die "error: invalid value: integer `$iv`, expected usize\n" if $iv < 0;
     return $iv;
+}
+
+# Perl's SvIV of a number: integer arithmetic reads its operands with it.
+sub _sv_iv {
+    use integer;
+    no warnings 'numeric';
+    return $_[0] + 0;
 }
 
 =head2 arg_f64($value)
 
 A floating point number as upstream decodes an C<f64>: numbers and strings Perl has used as
-numbers are accepted, plain strings (C<"2"> read from a file and never used as a number) and
-undef die with serde's text. Returns the number.
+numbers are accepted (an integer as C<SvIV> reads it: 2**64 - 1 held as an unsigned integer
+is -1), plain strings (C<"2"> read from a file and never used as a number) and undef die with
+serde's text. Returns the number.
 
 =cut
 
 sub arg_f64 {
     return arg_f64(${ $_[0] }) if _scalar_ref($_[0]);
-    _type_error('f64', $_[0]) if !defined $_[0] || ref $_[0] || _string_only($_[0]);
+    die "error: invalid type: unit value, expected f64\n" if !defined $_[0];
+    _type_error('f64', $_[0]) if ref $_[0] || _string_only($_[0]);
+    my $class = ref B::svref_2object(\$_[0]);
+    # perlmod reads a number without a float part by SvIV: an unsigned integer past 2**63 wraps.
+    return 0 + _sv_iv($_[0]) if $class eq 'B::IV' || $class eq 'B::PVIV';
     no warnings 'numeric';
     return 0 + $_[0];
 }
 
-=head2 arg_string($value)
+=head2 arg_string($value) / arg_str($value)
 
-A string as upstream decodes a C<String>: anything with a string body (stringified); a pure
-integer or floating point number, undef, or a hash or array reference dies with serde's text.
+A string as upstream decodes a C<String> (C<arg_string>) or a C<&str> (C<arg_str>, the name
+parameters of C<remove_node>, C<contains_node>, the removes and C<add_service_usage_to_node>):
+anything with a string body (stringified); a pure integer or floating point number, undef, or
+a hash or array reference dies with serde's text, which expects C<a string> or C<a borrowed
+string>.
 
 =cut
 
 sub arg_string {
     return _unicode("$_[0]") if !ref $_[0] && defined $_[0] && !_plain_number($_[0]);
-    return arg_string(${ $_[0] }) if _scalar_ref($_[0]);
-    _type_error('a string', $_[0]) if !defined $_[0] || ref $_[0];
+    return _string($_[0], 'a string');
+}
+
+sub arg_str {
+    return _unicode("$_[0]") if !ref $_[0] && defined $_[0] && !_plain_number($_[0]);
+    return _string($_[0], 'a borrowed string');
+}
+
+sub _string {
+    my $expected = $_[1];
+    return _string(${ $_[0] }, $expected) if _scalar_ref($_[0]);
+    _type_error($expected, $_[0]) if !defined $_[0] || ref $_[0];
     my $class = ref B::svref_2object(\$_[0]);
-    _type_error('a string', $_[0]) if $class eq 'B::IV' || $class eq 'B::NV';
+    _type_error($expected, $_[0]) if $class eq 'B::IV' || $class eq 'B::NV';
     return _unicode("$_[0]");
 }
 
@@ -202,52 +241,70 @@ sub arg_opt_string {
 
 A boolean as upstream decodes a C<bool>: Perl truthiness of numbers and undef (and of
 referenced scalars such as JSON::PP::Boolean); a plain string (even C<"1">) dies with
-C<error: expected bool value>. Returns 1 or 0.
+C<error: expected bool value>, an array or hash reference with serde's C<invalid type:
+sequence, expected a boolean>. Returns 1 or 0.
 
 =cut
 
 sub arg_bool {
     return arg_bool(${ $_[0] }) if _scalar_ref($_[0]);
     return 0 if !defined $_[0];
-    die "error: expected bool value\n" if ref $_[0] || _string_only($_[0]);
+    _type_error('a boolean', $_[0]) if ref $_[0];
+    die "error: expected bool value\n" if _string_only($_[0]);
     return $_[0] ? 1 : 0;
 }
 
-=head2 arg_struct($value, $struct_name, \@fields, $required)
+=head2 arg_struct($value, $struct_name, [ field => \&decoder, ... ], $required)
 
-Checks that C<$value> can be decoded as the named serde struct and returns a hash reference
-of its fields: the caller's hash itself (so the values keep their identity), or, for an array
-reference, its elements by position (serde accepts both). Unknown keys are ignored. The caller
-then decodes the fields in declaration order and calls C<missing_field> for absent required
-ones. C<$required> is the number of leading fields that are not optional.
+Decodes C<$value> as the named serde struct, each field with its decoder (which takes the
+caller's scalar, see the top), and returns a hash reference of the decoded fields. The first
+C<$required> fields (all by default) must be present; an absent optional field is absent from
+the result. Dies with serde's text, in serde's order:
+
+=over
+
+=item a hash reference
+
+walked in the hash's own order (perlmod's, which is Perl's C<keys> order of that hash), each
+known field decoded when it is met, unknown keys ignored; only then C<missing field `name`>
+for the first absent required field in declaration order. So an invalid field beats a
+missing one.
+
+=item an array reference
+
+its elements are the fields by position, decoded in order; every field must be there, the
+optional ones too: C<invalid length 3, expected struct PveResource with 4 elements> names the
+elements there are. Elements past the fields are ignored.
+
+=item anything else
+
+C<invalid type: ..., expected struct NAME> (undef: C<Option value>).
+
+=back
 
 =cut
 
 sub arg_struct {
-    my ($struct, $fields, $required) = @_[1, 2, 3];
-    my $value = $_[0];
-    $value = $$value while _scalar_ref($value);
+    return arg_struct(${ $_[0] }, @_[ 1 .. $#_ ]) if _scalar_ref($_[0]);
+    my ($value, $struct, $spec, $required) = @_;    # $_[0] stays the caller's scalar, for _type_error
     my $type = ref $value ? Scalar::Util::reftype($value) : '';
-    return $value if $type eq 'HASH';
-    if ($type eq 'ARRAY') {
-        die "error: invalid length ${\ scalar @$value}, expected struct $struct with ${\ scalar @$fields} elements\n"
-            if @$value < ($required // @$fields);
-        my %hash;
-        my $last = $#$value < $#$fields ? $#$value : $#$fields;
-        @hash{ @$fields[0 .. $last] } = @$value[0 .. $last];
-        return \%hash;
+    my @fields = @$spec[ grep { $_ % 2 == 0 } 0 .. $#$spec ];
+    my %decoder = @$spec;
+    my %out;
+    if ($type eq 'HASH') {
+        for my $key (keys %$value) {
+            my $decode = $decoder{$key} or next;
+            $out{$key} = $decode->($value->{$key});
+        }
+        exists $out{$_} or die "error: missing field `$_`\n" for @fields[ 0 .. ($required // @fields) - 1 ];
+        return \%out;
     }
-    _type_error("struct $struct", $value);
-}
-
-=head2 missing_field($name)
-
-Dies with serde's C<error: missing field `name`>.
-
-=cut
-
-sub missing_field {
-    die "error: missing field `$_[0]`\n";
+    _type_error("struct $struct", $_[0]) if $type ne 'ARRAY';
+    for my $i (0 .. $#fields) {
+        die "error: invalid length $i, expected struct $struct with ${\ scalar @fields} elements\n" if $i > $#$value;
+        $out{ $fields[$i] } = $decoder{ $fields[$i] }->($value->[$i]);
+    }
+    return \%out;
 }
 
 =head2 arg_string_list($value)
@@ -262,11 +319,12 @@ refused too (perl >= 5.36; before, such elements pass as strings).
 =cut
 
 sub arg_string_list {
-    my $value = $_[0];
-    $value = $$value while _scalar_ref($value);
-    _type_error('a sequence', $value) if (ref $value ? Scalar::Util::reftype($value) : '') ne 'ARRAY';
+    return arg_string_list(${ $_[0] }) if _scalar_ref($_[0]);
+    # The caller's scalar itself: a copy's body type is the copy's (a lexical keeps the body a
+    # float once gave it), not the value's.
+    _type_error('a sequence', $_[0]) if (ref $_[0] ? Scalar::Util::reftype($_[0]) : '') ne 'ARRAY';
     my @out;
-    for (@$value) {
+    for (@{ $_[0] }) {
         _type_error('a string', $_) if _plain_number($_);
         push @out, (!ref $_ && defined $_ && !utf8::is_utf8($_)) ? "$_" : arg_string($_);
     }
@@ -292,18 +350,25 @@ sub out_of_bounds_bytes {
     return $value > MAX_BYTES || ($positive && $value == 0);
 }
 
-=head2 check_finite($field, $value)
+=head2 check_finite($field, $value) / finite_problem($field, $value)
 
-Dies when a decoded number is infinite or NaN (JSON cannot carry it; upstream would compute
-NaN with it), with the server's wording for the same error. Returns the value.
+C<check_finite> dies when a decoded number is infinite or NaN (JSON cannot carry it; upstream
+would compute NaN with it), with the server's wording for the same error, and returns the
+value; C<finite_problem> returns that message (undef for a finite number), for a caller that
+must raise upstream's errors of the same call first.
 
 =cut
 
-sub check_finite {
+sub finite_problem {
     my ($field, $value) = @_;
-    die "Invalid params: $field: Input should be a finite number\n"
-        if $value != $value || $value * 0 != 0;
-    return $value;
+    return undef if $value == $value && $value * 0 == 0;
+    return "Invalid params: $field: Input should be a finite number\n";
+}
+
+sub check_finite {
+    my $problem = finite_problem(@_);
+    die $problem if $problem;
+    return $_[1];
 }
 
 1;

@@ -81,10 +81,34 @@ static node).
 
 sub add_node {
     my ($self, $name, $mem) = @_;
-    die "node '$name' already exists\n" if exists $self->{nodes}{$name};
+    $self->check_node($name);
     $self->{nodes}{$name} = 1;
     $self->{bound} += $mem // 0;
     push @{ $self->{order} }, $name;
+    return;
+}
+
+=item check($op, @args)
+
+Dies as the method C<$op> (C<add_node>, C<add_resource>, C<legacy_add>) would with C<@args>,
+and changes nothing: upstream's semantic errors, for a caller that must know them before it
+sends a value the server may refuse for its own reasons (upstream's error wins where upstream
+fails anyway).
+
+=cut
+
+my %CHECK = (add_node => \&check_node, add_resource => \&check_resource, legacy_add => \&check_legacy_add);
+
+sub check {
+    my ($self, $op, @args) = @_;
+    my $check = $CHECK{$op} or return;
+    $self->$check(@args);
+    return;
+}
+
+sub check_node {
+    my ($self, $name) = @_;
+    die "node '$name' already exists\n" if exists $self->{nodes}{$name};
     return;
 }
 
@@ -181,11 +205,17 @@ the bound already); a moving one dies with C<resource '<sid>' is already moving 
 sub legacy_add {
     my ($self, $node, $sid, $maxmem) = @_;
     return $self->add_resource($sid, $node, undef, $maxmem) if !exists $self->{res}{$sid};
+    $self->check_legacy_add($node, $sid);
+    $self->{res}{$sid} = [ $self->{res}{$sid}, $node ];
+    return;
+}
+
+sub check_legacy_add {
+    my ($self, $node, $sid) = @_;
     my $placement = $self->{res}{$sid};
+    return $self->check_resource($sid, $node) if !defined $placement;
     die "resource '$sid' is already moving to target node '$placement->[1]'\n" if ref $placement;
-    my $current = $placement;
-    $self->_check_placement($sid, $current, $node);
-    $self->{res}{$sid} = [ $current, $node ];
+    $self->_check_placement($sid, $placement, $node);
     return;
 }
 

@@ -17,8 +17,8 @@ use warnings;
 use Exporter 'import';
 use Scalar::Util ();
 use CRSBridge::Args qw(
-    arg_usize arg_f64 arg_string arg_opt_string arg_bool arg_struct arg_string_list missing_field
-    out_of_bounds_cores out_of_bounds_bytes check_finite plain_number MAX_BYTES MAX_CORES
+    arg_usize arg_f64 arg_string arg_opt_string arg_bool arg_struct arg_string_list
+    out_of_bounds_cores out_of_bounds_bytes finite_problem plain_number MAX_BYTES MAX_CORES
 );
 use CRSBridge::Codec qw(json_str json_num json_int json_str_list);
 
@@ -38,21 +38,23 @@ CRSBridge::Records - decode and render the binding's input records
 
 =head1 FUNCTIONS
 
-Each takes the caller's value as C<$_[0]>, dies with upstream's decoding error (or, for
-infinite and NaN numbers, which JSON cannot carry, with the server's wording), and returns
-the JSON text plus a flag that is true when the server will refuse a value (crs-bridge's
-bounds, C<out_of_bounds_cores> in L<CRSBridge::Args>): the caller then lets the server say why.
+Each takes the caller's value as C<$_[0]>, dies with upstream's decoding error, and returns
+the JSON text plus C<$refused>: true when the server will refuse a value (crs-bridge's bounds,
+C<out_of_bounds_cores> in L<CRSBridge::Args>): the caller then lets the server say why. An
+infinite or NaN number, which JSON cannot carry, dies with the server's wording; for a
+mutation (the adds' records, and C<static_stats_param> with C<$mutation>) C<$refused> is that
+message instead, to be raised once upstream's own errors of the call are ruled out.
 
 =over
 
-=item static_stats_param($value, $where)
+=item static_stats_param($value, $where, $mutation)
 
 C<{maxcpu, maxmem}> (cores, bytes) -> C<($json, $refused)>.
 
 =cut
 
 sub static_stats_param {
-    return stats_json(static_stats($_[0]), $_[1]);
+    return stats_json(static_stats($_[0]), $_[1], 0, $_[2]);
 }
 
 =item dynamic_stats_param($value, $where)
@@ -73,7 +75,7 @@ positive) -> C<($json, $refused, \%decoded_stats)>.
 =cut
 
 sub node_stats_param {
-    return stats_json(dynamic_node_stats($_[0]), $_[1], 1);
+    return stats_json(dynamic_node_stats($_[0]), $_[1], 1, 1);
 }
 
 =item resource_param($value, $mode, $where)
@@ -87,7 +89,7 @@ does not come here: L<CRSBridge::Scheduler> renders it itself, as this would.)
 sub resource_param {
     my ($mode, $where) = @_[1, 2];
     my $r = resource($_[0], $mode eq 'static' ? \&static_stats : \&dynamic_resource_stats);
-    my ($stats, $refused) = stats_json($r->{stats}, "$where.stats");
+    my ($stats, $refused) = stats_json($r->{stats}, "$where.stats", 0, 1);
     my ($current, $target) = @$r{qw(current target)};
     $refused ||= $current eq '' || (defined $target && $target eq '');
     return (_resource_json($stats, $r->{running}, $current, $target), $refused, $current, $target, $r->{stats}{maxmem});
@@ -121,7 +123,7 @@ sub candidates_list {
 sub candidates_param {
     my $list = $_[0];
     $list = $$list while _scalar_ref($list);
-    arg_string_list($list) if (Scalar::Util::reftype($list) // '') ne 'ARRAY';    # dies with serde's message
+    arg_string_list($_[0]) if (Scalar::Util::reftype($list) // '') ne 'ARRAY';    # dies with serde's message
     my $json = '[';    # then each candidate rendered, and a comma (appended: no list to join)
     my %lists;    # name lists already rendered by _names_fast, by their join
     no warnings 'uninitialized';    # an undef name joins as '' (and then takes the exact path)
@@ -157,11 +159,10 @@ sub _scalar_ref { return ref $_[0] eq 'SCALAR' || ref $_[0] eq 'REF' }
 # A list of names that are plain strings needing no escapes, rendered by one join; undef when
 # an element might be something else. Numbers stringify to something starting with a digit, a
 # sign or a dot (the join gives them a string body, which arg_string_list sees through),
-# references to "...(0x...)", undef to an empty element; such lists (and names that merely look
-# like that) take the exact path. (Inf and NaN pass as the names "Inf" and "NaN", which the
-# server then reports as unknown.) With \%seen, lists already rendered are looked up by their
-# join (the verdict depends on nothing else): the HA manager's candidates repeat the same few
-# target lists.
+# references to "...(0x...)", undef to an empty element, infinities and NaN to "Inf", "-Inf" and
+# "NaN"; such lists (and names that merely look like that) take the exact path. With \%seen,
+# lists already rendered are looked up by their join (the verdict depends on nothing else): the
+# HA manager's candidates repeat the same few target lists.
 sub _names_fast {
     my ($list, $seen) = @_;
     return '[]' if !@$list;
@@ -171,20 +172,18 @@ sub _names_fast {
     return $json if $json;
     return undef if ($joined =~ tr/\x00-\x1f"\\//) != $#$list || $joined eq ''
         || $joined =~ /\0[-+.0-9\0]/ || $joined =~ /^[-+.0-9\0]/ || substr($joined, -1) eq "\0"
-        || index($joined, '(0x') >= 0;
+        || index($joined, '(0x') >= 0 || $joined =~ /(?:^|\0)(?:Inf|NaN)(?:\0|\z)/;
     $json = '["' . join('","', @$list) . '"]';
     $seen->{$joined} = $json if $seen;
     return $json;
 }
 
+my @CANDIDATE = (leader => \&arg_string, resources => \&arg_string_list, nodes => \&arg_string_list);
+
 sub _candidate_exact {
-    my $h = arg_struct($_[0], 'CompactMigrationCandidate', [qw(leader resources nodes)]);
-    my ($leader, $resources, $nodes);
-    exists $h->{leader} ? ($leader = arg_string($h->{leader})) : missing_field('leader');
-    exists $h->{resources} ? ($resources = arg_string_list($h->{resources})) : missing_field('resources');
-    exists $h->{nodes} ? ($nodes = arg_string_list($h->{nodes})) : missing_field('nodes');
-    return '{"leader":' . json_str($leader) . ',"resources":' . json_str_list($resources)
-        . ',"nodes":' . json_str_list($nodes) . '}';
+    my $c = arg_struct($_[0], 'CompactMigrationCandidate', \@CANDIDATE);
+    return '{"leader":' . json_str($c->{leader}) . ',"resources":' . json_str_list($c->{resources})
+        . ',"nodes":' . json_str_list($c->{nodes}) . '}';
 }
 
 =back
@@ -201,14 +200,10 @@ C<{maxcpu => number, maxmem => integer}>.
 
 =cut
 
-my @STATIC = qw(maxcpu maxmem);
+my @STATIC = (maxcpu => \&arg_f64, maxmem => \&arg_usize);
 
 sub static_stats {
-    my $h = arg_struct($_[0], 'StaticResourceStats', \@STATIC);
-    my %s;
-    exists $h->{maxcpu} ? ($s{maxcpu} = arg_f64($h->{maxcpu})) : missing_field('maxcpu');
-    exists $h->{maxmem} ? ($s{maxmem} = arg_usize($h->{maxmem})) : missing_field('maxmem');
-    return \%s;
+    return arg_struct($_[0], 'StaticResourceStats', \@STATIC);
 }
 
 =item dynamic_node_stats($value) / dynamic_resource_stats($value)
@@ -217,25 +212,15 @@ C<{cpu, maxcpu, mem, maxmem}>; C<maxcpu> is an integer for a node, a number for 
 
 =cut
 
-my @DYNAMIC = qw(cpu maxcpu mem maxmem);
+my @NODE = (cpu => \&arg_f64, maxcpu => \&arg_usize, mem => \&arg_usize, maxmem => \&arg_usize);
+my @DYNAMIC = (cpu => \&arg_f64, maxcpu => \&arg_f64, mem => \&arg_usize, maxmem => \&arg_usize);
 
 sub dynamic_node_stats {
-    return _dynamic($_[0], 'DynamicNodeStats', \&arg_usize);
+    return arg_struct($_[0], 'DynamicNodeStats', \@NODE);
 }
 
 sub dynamic_resource_stats {
-    return _dynamic($_[0], 'DynamicResourceStats', \&arg_f64);
-}
-
-sub _dynamic {
-    my ($struct, $maxcpu) = @_[1, 2];
-    my $h = arg_struct($_[0], $struct, \@DYNAMIC);
-    my %s;
-    exists $h->{cpu} ? ($s{cpu} = arg_f64($h->{cpu})) : missing_field('cpu');
-    exists $h->{maxcpu} ? ($s{maxcpu} = $maxcpu->($h->{maxcpu})) : missing_field('maxcpu');
-    exists $h->{mem} ? ($s{mem} = arg_usize($h->{mem})) : missing_field('mem');
-    exists $h->{maxmem} ? ($s{maxmem} = arg_usize($h->{maxmem})) : missing_field('maxmem');
-    return \%s;
+    return arg_struct($_[0], 'DynamicResourceStats', \@DYNAMIC);
 }
 
 =item resource($value, \&stats_decoder)
@@ -244,36 +229,34 @@ C<{stats, running (1/0), current, target (undef when stationary)}>.
 
 =cut
 
-my @RESOURCE = ('stats', 'running', 'current-node', 'target-node');
-
 sub resource {
-    my $stats_decoder = $_[1];
-    my $h = arg_struct($_[0], 'PveResource', \@RESOURCE, 3);
-    my %r;
-    exists $h->{stats} ? ($r{stats} = $stats_decoder->($h->{stats})) : missing_field('stats');
-    exists $h->{running} ? ($r{running} = arg_bool($h->{running})) : missing_field('running');
-    exists $h->{'current-node'}
-        ? ($r{current} = arg_string($h->{'current-node'}))
-        : missing_field('current-node');
-    $r{target} = arg_opt_string($h->{'target-node'}) if exists $h->{'target-node'};
-    return \%r;
+    my $r = arg_struct($_[0], 'PveResource',
+        [ stats => $_[1], running => \&arg_bool, 'current-node' => \&arg_string, 'target-node' => \&arg_opt_string ], 3);
+    return { stats => $r->{stats}, running => $r->{running}, current => $r->{'current-node'}, target => $r->{'target-node'} };
 }
 
-=item stats_json(\%stats, $where, $node)
+=item stats_json(\%stats, $where, $node, $mutation)
 
 Renders decoded stats of any kind (C<$node> true for node stats, whose capacities must be
-positive) as C<($json, $refused)>; core counts become numbers, byte counts integers.
+positive) as C<($json, $refused)>; core counts become numbers, byte counts integers. A
+non-finite core count dies, or with C<$mutation> gives C<('null', $message)> (see the top).
 
 =cut
 
 sub stats_json {
-    my ($s, $where, $node) = @_;
+    my ($s, $where, $node, $mutation) = @_;
+    my $problem = (exists $s->{cpu} && finite_problem("$where.cpu", $s->{cpu}))
+        || finite_problem("$where.maxcpu", $s->{maxcpu});
+    if ($problem) {
+        die $problem if !$mutation;
+        return ('null', $problem, $s);
+    }
     my ($json, $refused) = ('{', 0);
     if (exists $s->{cpu}) {
-        $refused ||= out_of_bounds_cores(check_finite("$where.cpu", $s->{cpu}));
+        $refused ||= out_of_bounds_cores($s->{cpu});
         $json .= '"cpu":' . json_num($s->{cpu}) . ',';
     }
-    $refused ||= out_of_bounds_cores(check_finite("$where.maxcpu", $s->{maxcpu}), $node);
+    $refused ||= out_of_bounds_cores($s->{maxcpu}, $node);
     $json .= '"maxcpu":' . json_num($s->{maxcpu});
     if (exists $s->{mem}) {
         $refused ||= out_of_bounds_bytes($s->{mem});

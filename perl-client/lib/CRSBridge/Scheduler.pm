@@ -7,7 +7,7 @@ use strict;
 use warnings;
 
 use CRSBridge::Args qw(
-    check_arity check_invocant arg_string arg_usize arg_f64 check_finite plain_number MAX_CORES MAX_BYTES
+    check_arity check_invocant arg_string arg_str arg_usize arg_f64 check_finite plain_number MAX_CORES MAX_BYTES
 );
 use CRSBridge::Codec qw(json_str json_int json_num);
 use CRSBridge::Config;
@@ -67,12 +67,16 @@ sub _binding {
 # (array elements without brackets). The mirror method $op (with @args) checks it, dying with
 # upstream's message, and records it. When the server will refuse a value ($refused), the
 # mutation is sent at once instead, so that the server's message (naming the field) is what
-# the caller sees, and the mirror follows only if the server accepted it.
+# the caller sees (unless upstream fails anyway: the mirror checks first), and the mirror follows
+# only if the server accepted it. $refused may be the client's own refusal, a message (a value
+# JSON cannot carry, see CRSBridge::Records): raised once the mirror found no upstream error.
 sub _mutate {
     my ($st, $method, $args, $refused, $op, @args) = @_;
     die $st->{poison} if $st->{poison};
     my $conn = CRSBridge::Connection->instance;
     if ($refused) {
+        $st->{mirror}->check($op, @args);
+        die $refused if $refused =~ /\n\z/;
         $conn->call_mutation($st, $method, $args);
         $st->{mirror}->$op(@args);
         return;
@@ -192,7 +196,7 @@ its other node. An unknown name is a no-op. Returns nothing.
 sub remove_node {
     check_arity('remove_node', \@_, qw(this nodename));
     my $st = _state($_[0]);
-    my $name = arg_string($_[1]);
+    my $name = arg_str($_[1]);
     die $st->{poison} if $st->{poison};
     return if !$st->{mirror}->has_node($name);
     _mutate($st, 'remove_node', json_str($name), 0, remove_node => $name);
@@ -222,7 +226,7 @@ sub list_nodes {
 sub contains_node {
     check_arity('contains_node', \@_, qw(this nodename));
     my $st = _state($_[0]);
-    my $name = arg_string($_[1]);
+    my $name = arg_str($_[1]);
     die $st->{poison} if $st->{poison};
     return $st->{mirror}->has_node($name) ? 1 : 0;
 }

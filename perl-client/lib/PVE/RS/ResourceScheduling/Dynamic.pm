@@ -5,7 +5,7 @@ use warnings;
 
 use parent 'CRSBridge::Scheduler';
 
-use CRSBridge::Args qw(check_arity arg_string);
+use CRSBridge::Args qw(check_arity arg_string arg_str);
 use CRSBridge::Codec qw(json_str);
 use CRSBridge::Records qw(node_stats_param dynamic_stats_param);
 
@@ -92,7 +92,7 @@ Removes a resource from its node(s); an unknown sid is a no-op. Returns nothing.
 sub remove_resource {
     check_arity('remove_resource', \@_, qw(this sid)) if @_ != 2;
     my $st = CRSBridge::Scheduler::_state($_[0]);
-    my $sid = arg_string($_[1]);
+    my $sid = arg_str($_[1]);
     CRSBridge::Scheduler::_remove_resource($st, 'remove_resource', $sid);
     return;
 }

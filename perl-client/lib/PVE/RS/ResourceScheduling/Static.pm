@@ -5,7 +5,7 @@ use warnings;
 
 use parent 'CRSBridge::Scheduler';
 
-use CRSBridge::Args qw(check_arity arg_string arg_usize out_of_bounds_cores out_of_bounds_bytes);
+use CRSBridge::Args qw(check_arity arg_string arg_str arg_usize out_of_bounds_cores out_of_bounds_bytes);
 use CRSBridge::Codec qw(json_str json_int);
 use CRSBridge::Records qw(static_stats_param);
 
@@ -41,10 +41,40 @@ Static mode knows node capacities only; every service counts at its configured l
 (C<maxcpu> cores, 0 = all cores of the node; C<maxmem> bytes) on its current node, and on its
 target node too while it moves. Errors are thrown as strings ending in a newline.
 
-Differences from upstream, on purpose: C<list_nodes> and the start scores come in insertion
-order (upstream: random); node capacities of 0, negative or non-finite values and unknown or
-same target nodes of candidates are refused with a message naming the field (upstream
-computes NaN or nonsense); a failing C<add_service_usage_to_node> changes nothing.
+Arguments are decoded as upstream's perlmod decodes them, by the scalar's body type, with its
+error texts and in its order (a record's hash in the hash's own order, so an invalid field beats
+a missing one). Where upstream fails anyway, its error is the one raised, also where crs-bridge
+would refuse a value of the same call for its own reasons.
+
+=head2 Differences from upstream, on purpose
+
+=over
+
+=item * Order: C<list_nodes> and the start scores come in insertion order (upstream: random).
+
+=item * Values upstream computes NaN or nonsense from are refused, with a message naming the
+field (C<Invalid params: service.stats.maxcpu: ...>): node capacities of 0; negative, infinite
+or NaN numbers; empty node names and sids (adds only; removes and lookups take any string);
+unknown target nodes and targets equal to their source in candidates.
+
+=item * Bounds: core counts above 2**53 and byte counts above 2**62 - 1 (upstream accepts up to
+2**64 - 1 bytes, so values in [2**62, 2**63) are refused here and taken there), also a node's
+aggregated memory past 2**62 - 1 (refused by the add that would take it there) and a bundle's
+summed memory.
+
+=item * Names: a string holding a character UTF-8 cannot carry (a surrogate, past U+10FFFF) is
+refused at its call. In a candidate's C<nodes> and C<resources>, a number is refused even after
+the caller stringified it (upstream takes such a scalar as a string; perl 5.36 and later).
+
+=item * Exact ties: TOPSIS scores equal in exact arithmetic (moves to identical or mirrored
+nodes) are equal here and keep input order; upstream's floats differ by an ulp in an order its
+hash maps set, which TOPSIS can turn into any score. The same for the start scores: identical
+nodes score alike, so the HA manager's sort by name decides.
+
+=item * A failing C<add_service_usage_to_node> changes nothing (upstream loses a moving
+resource on C<is already moving>).
+
+=back
 
 =head1 METHODS
 
@@ -105,9 +135,9 @@ Returns nothing.
 sub add_service_usage_to_node {
     check_arity('add_service_usage_to_node', \@_, qw(this nodename sid service_stats)) if @_ != 4;
     my $st = CRSBridge::Scheduler::_state($_[0]);
-    my $name = arg_string($_[1]);
-    my $sid = arg_string($_[2]);
-    my ($json, $refused, $stats) = static_stats_param($_[3], 'service_stats');
+    my $name = arg_str($_[1]);
+    my $sid = arg_str($_[2]);
+    my ($json, $refused, $stats) = static_stats_param($_[3], 'service_stats', 1);
     $refused ||= $sid eq '' || $name eq '' || $st->{mirror}->memory_risk($stats->{maxmem});
     CRSBridge::Scheduler::_mutate($st, 'add_service_usage_to_node', json_str($name) . ',' . json_str($sid) . ',' . $json,
         $refused, legacy_add => $name, $sid, $stats->{maxmem});
@@ -123,7 +153,7 @@ Removes a service from its node(s); an unknown sid is a no-op. Returns nothing.
 sub remove_service_usage {
     check_arity('remove_service_usage', \@_, qw(this sid)) if @_ != 2;
     my $st = CRSBridge::Scheduler::_state($_[0]);
-    my $sid = arg_string($_[1]);
+    my $sid = arg_str($_[1]);
     CRSBridge::Scheduler::_remove_resource($st, 'remove_service_usage', $sid);
     return;
 }
