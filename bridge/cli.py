@@ -15,6 +15,9 @@
     ``candidates``, options); flags override the file's options. Both go through a fresh server
     like ``call`` (one validation path, the same numbers as the RPC methods); ``--json`` prints
     the result as JSON; exit codes as ``call``.
+``crs-bridge replay FILE``
+    Re-run a flight recorder file on a fresh server, checking every answer bit for bit
+    (:mod:`bridge.replay`).
 """
 
 from __future__ import annotations
@@ -67,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     _common_options(call)
     call.set_defaults(run=_call)
     _add_plan_commands(commands)
+    from .replay import add_replay_command
+
+    add_replay_command(commands)
     return parser
 
 
@@ -280,7 +286,9 @@ def _cluster_params(args: argparse.Namespace) -> dict:
     cluster = _read_params(args.cluster)
     if not isinstance(cluster, dict):
         raise ValueError("expected a JSON object with 'usage' and 'candidates'")
-    params = {key: value for key, value in cluster.items() if key not in _SCORING_ONLY}
+    from .replay import RECORD_KEY  # a flight recorder file is a cluster file with its recording
+
+    params = {key: value for key, value in cluster.items() if key not in _SCORING_ONLY and key != RECORD_KEY}
     params.update({key: value for key in ("method", "imbalance") if (value := getattr(args, key)) is not None})
     if args.kind == "plan":
         _given_options(params, args, ("threshold", "margin", "max_steps", "allow_repeat"))

@@ -9,10 +9,11 @@ use warnings;
 use CRSBridge::Args qw(
     check_arity check_invocant arg_string arg_usize arg_f64 check_finite plain_number MAX_CORES MAX_BYTES
 );
-use CRSBridge::Codec qw(json_str json_int json_num);
+use CRSBridge::Codec qw(json_str json_int json_num json_str_list);
 use CRSBridge::Connection;
 use CRSBridge::Mirror;
 use CRSBridge::Records qw(candidates_param candidates_list resource_param);
+use CRSBridge::Recorder;
 use Scalar::Util ();
 
 BEGIN {
@@ -59,6 +60,7 @@ sub _new {
         if !$FORMULAS{$formula};
     my $st = { mode => $class->MODE, imbalance => $formula, mirror => CRSBridge::Mirror->new };
     CRSBridge::Connection->instance->create($st);
+    CRSBridge::Recorder::start($st);
     return bless { _crs => $st }, $class;
 }
 
@@ -187,7 +189,15 @@ sub _remove_resource {
 
 sub _query {
     my ($st, $method, $params) = @_;
-    return CRSBridge::Connection->instance->call($st, "scheduler.$method", $params);
+    return _server_query($st, "scheduler.$method", $params);
+}
+
+# A query of the server ($method: its full name), recorded when the flight recorder is on.
+sub _server_query {
+    my ($st, $method, $params) = @_;
+    my $conn = CRSBridge::Connection->instance;
+    return $conn->call($st, $method, $params) if !$st->{rec};
+    return CRSBridge::Recorder::query($st, $method, $params, sub { $conn->call($st, $method, $params) });
 }
 
 =head1 COMMON METHODS
@@ -222,7 +232,9 @@ sub list_nodes {
     check_arity('list_nodes', \@_, qw(this));
     my $st = _state($_[0]);
     die $st->{poison} if $st->{poison};
-    return $st->{mirror}->node_names;
+    my $names = $st->{mirror}->node_names;
+    CRSBridge::Recorder::answered_locally($st, 'scheduler.list_nodes', '', json_str_list($names)) if $st->{rec};
+    return $names;
 }
 
 =item contains_node($nodename)
@@ -236,7 +248,10 @@ sub contains_node {
     my $st = _state($_[0]);
     my $name = arg_string($_[1]);
     die $st->{poison} if $st->{poison};
-    return $st->{mirror}->has_node($name) ? 1 : 0;
+    my $has = $st->{mirror}->has_node($name) ? 1 : 0;
+    CRSBridge::Recorder::answered_locally($st, 'scheduler.contains_node', '"nodename":' . json_str($name),
+        $has ? 'true' : 'false') if $st->{rec};
+    return $has;
 }
 
 =item calculate_node_imbalance()
@@ -284,8 +299,12 @@ sub score_best_balancing_migration_candidates_topsis {
 sub _score_migrations {
     my $method = shift;
     my $st = _state($_[0]);
-    my $staged = _score_in_parts($st, $method, $_[1], $_[2]);
-    return $staged if $staged;
+    my $parts = $st->{rec} && [];    # the candidates' JSON part by part, for the flight recorder
+    my $staged = _score_in_parts($st, $method, $_[1], $_[2], $parts);
+    if ($staged) {
+        CRSBridge::Recorder::record_staged($st, "scheduler.$method", $parts, $_[2]) if $parts;
+        return $staged;
+    }
     my $candidates = candidates_param($_[1]);
     my $limit = arg_usize($_[2]);
     return _query($st, $method, '"candidates":' . $candidates . ',"limit":' . json_int($limit));
@@ -300,8 +319,9 @@ use constant { PARTS_FROM => 1000, FIRST_PART => 125, PART => 500 };
 
 # The scores of a long list scored in parts; undef for a short list, and whenever the server
 # refused a part: the caller then sends the whole list, and dies (or not) as that call does.
+# With \@parts, each part's JSON array is pushed there.
 sub _score_in_parts {
-    my ($st, $method) = @_[0, 1];
+    my ($st, $method, $parts) = @_[0, 1, 4];
     my $list = candidates_list($_[2]);
     return undef if !$list || @$list < PARTS_FROM;
     my $limit = eval { arg_usize($_[3]) } // return undef;    # the caller dies in perlmod's order
@@ -310,7 +330,11 @@ sub _score_in_parts {
     while ($at < @$list) {
         my @part = @$list[ $at .. ($at + $size <= @$list ? $at + $size : @$list) - 1 ];
         my $append = $at ? 'true' : 'false';
-        my $params = sub { '"candidates":' . candidates_param(\@part) . qq(,"append":$append) };
+        my $params = sub {
+            my $json = candidates_param(\@part);
+            push @$parts, $json if $parts;
+            return '"candidates":' . $json . qq(,"append":$append);
+        };
         push @calls, [ 'scheduler.stage_candidates', $params ];
         $at += $size;
         $size = $size * 2 < PART ? $size * 2 : PART;
@@ -376,6 +400,7 @@ sub DESTROY {
     return if ${^GLOBAL_PHASE} eq 'DESTRUCT';
     local ($@, $!, $?);
     my $st = ref $self && $self->{_crs} or return;
+    CRSBridge::Recorder::finish($st) if $st->{rec};
     CRSBridge::Connection->release($st);
     return;
 }

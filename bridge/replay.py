@@ -1,0 +1,206 @@
+"""``crs-bridge replay FILE``: re-run a flight recorder file on a fresh server, answer by answer.
+
+The Perl drop-in's flight recorder (``CRSBridge::Recorder``, on with ``CRS_BRIDGE_RECORD=DIR``)
+writes one file per scheduler object. The file is a CLUSTER for ``crs-bridge plan`` and
+``explain`` (``usage`` at the object's last balancing query, that query's ``candidates``, its
+``method``, ``limit`` and the ``imbalance`` formula) plus a ``record`` key, which those commands
+leave aside:
+
+``mode``, ``imbalance``
+    the object's mode and formula (``scheduler.new``);
+``journal``
+    the object's mutations in order, as ``scheduler.apply`` entries ``[method, args...]``; when
+    ``journal-from-usage`` is true the mutations up to the last balancing query are left out:
+    they are the usage's nodes then its resources, added in that order (what an HA round does);
+``calls``
+    each query in order: ``at`` (mutations applied before it), ``method`` (the server's full
+    name), ``params`` (without the handle; ``"candidates": "@candidates"`` stands for the file's
+    ``candidates``) and ``answer``, the response as the server wrote it (or, for ``list_nodes``
+    and ``contains_node``, which the client answers itself, ``{"result": ...}``); a call that
+    got no answer (the server died or hung) has ``no-answer`` instead and is not compared.
+
+Replay applies the mutations and sends every call to a new server, and compares each answer
+with the recorded one bit for bit: the same JSON types, floats with the same bits (``-0.0`` is
+not ``0.0``), errors with the same code, message and data. Exit 0 when all match; 1 at the first
+difference (or a mutation the server refuses), which is shown; 2 for a file that cannot be read
+or is no recording.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import orjson
+
+from .cli import EXIT_OK, EXIT_RPC_ERROR, EXIT_USAGE, _common_options, _json_dumps, _read_params
+
+#: The key of a cluster file that holds the recording (plan and explain leave it aside).
+RECORD_KEY = "record"
+#: Stands for the file's top-level ``candidates`` in a call's params.
+CANDIDATES_REF = "@candidates"
+#: Most mutations sent in one ``scheduler.apply``.
+_APPLY_CHUNK = 1000
+#: The mutation adding a resource, by mode.
+_ADD_RESOURCE = {"static": "add_service", "dynamic": "add_resource"}
+
+
+def add_replay_command(commands: Any) -> None:
+    """Register ``replay`` on the CLI's subcommands."""
+    replay = commands.add_parser(
+        "replay", help="re-run a flight recorder file on a fresh server and check every answer is bit-identical"
+    )
+    replay.add_argument("file", help="a file the Perl drop-in's flight recorder wrote (FILE or @FILE)")
+    _common_options(replay)
+    replay.set_defaults(run=_replay_command)
+
+
+class Difference(Exception):
+    """A replayed answer (or mutation) that differs from the recording; the message says where."""
+
+
+def _replay_command(args: argparse.Namespace) -> int:
+    try:
+        recording = load(args.file)
+    except (OSError, ValueError) as exc:
+        print(f"crs-bridge replay: cannot read {args.file}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        compared, local = replay(recording, args.trace)
+    except Difference as difference:
+        print(f"crs-bridge replay: {difference}", file=sys.stderr)
+        return EXIT_RPC_ERROR
+    calls = len(recording[RECORD_KEY]["calls"])
+    print(f"{args.file}: {compared} of {calls} answers replayed, all bit-identical ({local} answered by the client)")
+    return EXIT_OK
+
+
+def load(path: str) -> dict:
+    """The recording in ``path`` (``@`` in front is allowed); ValueError when it is none."""
+    cluster = _read_params(path if path.startswith("@") else "@" + path)
+    record = cluster.get(RECORD_KEY) if isinstance(cluster, dict) else None
+    if not isinstance(record, dict) or not isinstance(record.get("calls"), list):
+        raise ValueError(f"not a flight recorder file (no '{RECORD_KEY}' with 'calls')")
+    if record.get("mode") not in _ADD_RESOURCE or not isinstance(record.get("journal"), list):
+        raise ValueError(f"'{RECORD_KEY}' needs 'mode' (static or dynamic) and 'journal'")
+    return cluster
+
+
+def journal(recording: dict) -> list[list]:
+    """Every mutation of the recorded object, in order (see the module's description)."""
+    record = recording[RECORD_KEY]
+    if not record.get("journal-from-usage"):
+        return record["journal"]
+    usage = recording["usage"]
+    if record["mode"] == "static":
+        nodes = [["add_node", node["name"], node["maxcpu"], node["maxmem"]] for node in usage["nodes"]]
+    else:
+        nodes = [["add_node", node["name"], {key: node[key] for key in ("cpu", "maxcpu", "mem", "maxmem")}] for node in usage["nodes"]]
+    add = _ADD_RESOURCE[record["mode"]]
+    resources = [[add, r["sid"], {key: value for key, value in r.items() if key != "sid"}] for r in usage["resources"]]
+    return nodes + resources + record["journal"]
+
+
+def replay(recording: dict, trace: str | None = None) -> tuple[int, int]:
+    """Re-run the recording on a new server (``trace``: its ``--trace``): (answers compared, of
+    which the client answered itself). Raises :class:`Difference` at the first answer that differs."""
+    record = recording[RECORD_KEY]
+    mutations = journal(recording)
+    compared = local = applied = 0
+    with _server(trace) as request:
+        new = _result(request("scheduler.new", {"mode": record["mode"], "imbalance": record.get("imbalance")}), "new")
+        handle = new["scheduler"]
+        for number, call in enumerate(record["calls"], 1):
+            at = call["at"]
+            _apply(request, handle, mutations, applied, at)
+            applied = max(applied, at)
+            params = {"scheduler": handle, **call["params"]}
+            if params.get("candidates") == CANDIDATES_REF:
+                params["candidates"] = recording["candidates"]
+            got = request(call["method"], params)
+            if "answer" not in call:
+                continue
+            expected = call["answer"]
+            where = "result" if "result" in expected else "error"
+            difference = _difference(expected.get(where), got.get(where), where) if where in got else (
+                f"{where}: expected {_short(expected[where])}, got {_short(got)}"
+            )
+            if difference:
+                raise Difference(f"call {number} ({call['method']}, after {at} mutations): {difference}")
+            compared += 1
+            local += "jsonrpc" not in expected
+        _apply(request, handle, mutations, applied, len(mutations))
+    return compared, local
+
+
+def _apply(request: Any, handle: str, mutations: list, start: int, end: int) -> None:
+    for first in range(start, end, _APPLY_CHUNK):
+        chunk = mutations[first : min(first + _APPLY_CHUNK, end)]
+        response = request("scheduler.apply", {"scheduler": handle, "mutations": chunk})
+        if "error" in response:
+            error = response["error"]
+            index = first + ((error.get("data") or {}).get("index") or 0)
+            raise Difference(f"mutation {index + 1} ({_short(mutations[index])}) refused: {error.get('message')}")
+
+
+def _result(response: dict, what: str) -> Any:
+    if "error" in response:
+        raise Difference(f"{what} failed: {response['error'].get('message')}")
+    return response["result"]
+
+
+def _difference(expected: Any, got: Any, where: str) -> str | None:
+    """The first place where ``got`` is not bit-identical to ``expected`` (None: identical)."""
+    if type(expected) is not type(got):
+        return f"{where}: expected {_short(expected)}, got {_short(got)}"
+    if isinstance(expected, float):
+        same = expected.hex() == got.hex()  # bits, not value: -0.0 differs from 0.0, NaN matches NaN
+    elif isinstance(expected, dict):
+        for key in expected.keys() | got.keys():
+            found = _difference(expected.get(key), got.get(key), f"{where}.{key}")
+            if found:
+                return found
+        return None
+    elif isinstance(expected, list):
+        if len(expected) != len(got):
+            return f"{where}: expected {len(expected)} entries, got {len(got)}"
+        for index, (one, other) in enumerate(zip(expected, got)):
+            found = _difference(one, other, f"{where}[{index}]")
+            if found:
+                return found
+        return None
+    else:
+        same = expected == got
+    return None if same else f"{where}: expected {_short(expected)}, got {_short(got)}"
+
+
+def _short(value: Any) -> str:
+    text = repr(value) if isinstance(value, float) else _json_dumps(value)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+@contextmanager
+def _server(trace: str | None) -> Iterator[Any]:
+    """A fresh server; yields ``request(method, params) -> response``."""
+    command = [sys.executable, "-P", "-m", "crs_bridge", "serve"] + (["--trace", trace] if trace else [])
+    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    ids = iter(range(1, 1 << 62))
+
+    def request(method: str, params: Any) -> dict:
+        message = {"jsonrpc": "2.0", "id": next(ids), "method": method, "params": params}
+        process.stdin.write(_json_dumps(message).encode() + b"\n")
+        process.stdin.flush()
+        line = process.stdout.readline()
+        if not line:
+            raise Difference(f"the server ended during {method} (exit status {process.wait()})")
+        return orjson.loads(line)
+
+    try:
+        yield request
+    finally:
+        process.stdin.close()
+        process.wait()
