@@ -268,7 +268,9 @@ def _plan_command(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"crs-bridge {args.kind}: cannot read CLUSTER: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    status, result = _remote_call(args.rpc_method, params, args.trace)
+    from .replay import remote_call  # a flight recorder file is the recorded object at its decision
+
+    status, result = remote_call(args.rpc_method, params, args.trace)
     if status != EXIT_OK:
         return status
     if args.json:
@@ -286,9 +288,7 @@ def _cluster_params(args: argparse.Namespace) -> dict:
     cluster = _read_params(args.cluster)
     if not isinstance(cluster, dict):
         raise ValueError("expected a JSON object with 'usage' and 'candidates'")
-    from .replay import RECORD_KEY  # a flight recorder file is a cluster file with its recording
-
-    params = {key: value for key, value in cluster.items() if key not in _SCORING_ONLY and key != RECORD_KEY}
+    params = {key: value for key, value in cluster.items() if key not in _SCORING_ONLY}
     params.update({key: value for key in ("method", "imbalance") if (value := getattr(args, key)) is not None})
     if args.kind == "plan":
         _given_options(params, args, ("threshold", "margin", "max_steps", "allow_repeat"))

@@ -1,23 +1,27 @@
-"""``crs-bridge replay FILE``: re-run a flight recorder file on a fresh server, answer by answer.
+"""``crs-bridge replay FILE``: re-run a flight recorder file on a fresh server, answer by answer;
+and ``plan``/``explain`` of a flight recorder file: the decision on the state the daemon had.
 
 The Perl drop-in's flight recorder (``CRSBridge::Recorder``, on with ``CRS_BRIDGE_RECORD=DIR``)
-writes one file per scheduler object. The file is a CLUSTER for ``crs-bridge plan`` and
-``explain`` (``usage`` at the object's last balancing query, that query's ``candidates``, its
-``method``, ``limit`` and the ``imbalance`` formula) plus a ``record`` key, which those commands
-leave aside:
+writes one file per scheduler object: a CLUSTER for ``crs-bridge plan`` and ``explain`` whose
+``candidates`` are those of the object's last balancing query (the decision), with its
+``method``, ``limit`` and the object's ``imbalance`` formula, and whose ``record`` holds the rest:
 
 ``mode``, ``imbalance``
     the object's mode and formula (``scheduler.new``);
 ``journal``
-    the object's mutations in order, as ``scheduler.apply`` entries ``[method, args...]``; when
-    ``journal-from-usage`` is true the mutations up to the last balancing query are left out:
-    they are the usage's nodes then its resources, added in that order (what an HA round does);
+    the object's mutations in order, as ``scheduler.apply`` entries ``[method, args...]``;
 ``calls``
     each query in order: ``at`` (mutations applied before it), ``method`` (the server's full
     name), ``params`` (without the handle; ``"candidates": "@candidates"`` stands for the file's
     ``candidates``) and ``answer``, the response as the server wrote it (or, for ``list_nodes``
     and ``contains_node``, which the client answers itself, ``{"result": ...}``); a call that
-    got no answer (the server died or hung) has ``no-answer`` instead and is not compared.
+    got no answer (the server died or hung) has ``no-answer`` instead and is not compared;
+``decision``
+    the index in ``calls`` of the decision (null: none; the state is then the whole journal).
+
+Instead of a ``usage`` snapshot, plan and explain build the object's state at the decision on
+their server from the journal (:func:`remote_call`): the very state the daemon's server had,
+to the last bit, removals and legacy adds included, at no cost to the daemon's round.
 
 Replay applies the mutations and sends every call to a new server, and compares each answer
 with the recorded one bit for bit: the same JSON types, floats with the same bits (``-0.0`` is
@@ -37,7 +41,7 @@ from typing import Any
 
 import orjson
 
-from .cli import EXIT_OK, EXIT_RPC_ERROR, EXIT_USAGE, _common_options, _json_dumps, _read_params
+from .cli import EXIT_NO_ANSWER, EXIT_OK, EXIT_RPC_ERROR, EXIT_USAGE, _common_options, _json_dumps, _print_error, _read_params, _remote_call
 
 #: The key of a cluster file that holds the recording (plan and explain leave it aside).
 RECORD_KEY = "record"
@@ -45,8 +49,8 @@ RECORD_KEY = "record"
 CANDIDATES_REF = "@candidates"
 #: Most mutations sent in one ``scheduler.apply``.
 _APPLY_CHUNK = 1000
-#: The mutation adding a resource, by mode.
-_ADD_RESOURCE = {"static": "add_service", "dynamic": "add_resource"}
+#: The modes of a scheduler.
+_MODES = ("static", "dynamic")
 
 
 def add_replay_command(commands: Any) -> None:
@@ -85,35 +89,19 @@ def load(path: str) -> dict:
     record = cluster.get(RECORD_KEY) if isinstance(cluster, dict) else None
     if not isinstance(record, dict) or not isinstance(record.get("calls"), list):
         raise ValueError(f"not a flight recorder file (no '{RECORD_KEY}' with 'calls')")
-    if record.get("mode") not in _ADD_RESOURCE or not isinstance(record.get("journal"), list):
+    if record.get("mode") not in _MODES or not isinstance(record.get("journal"), list):
         raise ValueError(f"'{RECORD_KEY}' needs 'mode' (static or dynamic) and 'journal'")
     return cluster
-
-
-def journal(recording: dict) -> list[list]:
-    """Every mutation of the recorded object, in order (see the module's description)."""
-    record = recording[RECORD_KEY]
-    if not record.get("journal-from-usage"):
-        return record["journal"]
-    usage = recording["usage"]
-    if record["mode"] == "static":
-        nodes = [["add_node", node["name"], node["maxcpu"], node["maxmem"]] for node in usage["nodes"]]
-    else:
-        nodes = [["add_node", node["name"], {key: node[key] for key in ("cpu", "maxcpu", "mem", "maxmem")}] for node in usage["nodes"]]
-    add = _ADD_RESOURCE[record["mode"]]
-    resources = [[add, r["sid"], {key: value for key, value in r.items() if key != "sid"}] for r in usage["resources"]]
-    return nodes + resources + record["journal"]
 
 
 def replay(recording: dict, trace: str | None = None) -> tuple[int, int]:
     """Re-run the recording on a new server (``trace``: its ``--trace``): (answers compared, of
     which the client answered itself). Raises :class:`Difference` at the first answer that differs."""
     record = recording[RECORD_KEY]
-    mutations = journal(recording)
+    mutations = record["journal"]
     compared = local = applied = 0
     with _server(trace) as request:
-        new = _result(request("scheduler.new", {"mode": record["mode"], "imbalance": record.get("imbalance")}), "new")
-        handle = new["scheduler"]
+        handle = _new(request, record)
         for number, call in enumerate(record["calls"], 1):
             at = call["at"]
             _apply(request, handle, mutations, applied, at)
@@ -124,17 +112,54 @@ def replay(recording: dict, trace: str | None = None) -> tuple[int, int]:
             got = request(call["method"], params)
             if "answer" not in call:
                 continue
-            expected = call["answer"]
-            where = "result" if "result" in expected else "error"
-            difference = _difference(expected.get(where), got.get(where), where) if where in got else (
-                f"{where}: expected {_short(expected[where])}, got {_short(got)}"
-            )
+            difference = _answer_difference(call["answer"], got)
             if difference:
                 raise Difference(f"call {number} ({call['method']}, after {at} mutations): {difference}")
             compared += 1
-            local += "jsonrpc" not in expected
+            local += "jsonrpc" not in call["answer"]
         _apply(request, handle, mutations, applied, len(mutations))
     return compared, local
+
+
+def remote_call(method: str, params: dict, trace: str | None) -> tuple[int, Any]:
+    """``cli._remote_call`` for plan and explain: a cluster with a recording (``params`` hold
+    its ``record``) is the recorded object at its decision, built on the server from its journal
+    and named by its handle; any other cluster goes as it is."""
+    record = params.pop(RECORD_KEY, None)
+    if record is None or "usage" in params:
+        return _remote_call(method, params, trace)
+    try:
+        decision = record["decision"]
+        at = record["calls"][decision]["at"] if decision is not None else len(record["journal"])
+        with _server(trace) as request:
+            handle = _new(request, record)
+            _apply(request, handle, record["journal"], 0, at)
+            response = request(method, {**params, "scheduler": handle})
+    except Difference as problem:
+        print(f"crs-bridge: cannot rebuild the recorded object: {problem}", file=sys.stderr)
+        return EXIT_NO_ANSWER, None
+    except (KeyError, IndexError, TypeError) as problem:
+        print(f"crs-bridge: not a flight recorder file: {problem!r} missing", file=sys.stderr)
+        return EXIT_USAGE, None
+    if "error" in response:
+        _print_error(response["error"])
+        return EXIT_RPC_ERROR, None
+    return EXIT_OK, response.get("result")
+
+
+def _new(request: Any, record: dict) -> str:
+    response = request("scheduler.new", {"mode": record["mode"], "imbalance": record.get("imbalance")})
+    if "error" in response:
+        raise Difference(f"scheduler.new failed: {response['error'].get('message')}")
+    return response["result"]["scheduler"]
+
+
+def _answer_difference(expected: dict, got: dict) -> str | None:
+    """Where a replayed response differs from the recorded one: their results, or their errors."""
+    member = "result" if "result" in expected else "error"
+    if member not in got:
+        return f"expected {member} {_short(expected.get(member))}, got {_short(got)}"
+    return _difference(expected[member], got[member], member)
 
 
 def _apply(request: Any, handle: str, mutations: list, start: int, end: int) -> None:
@@ -145,12 +170,6 @@ def _apply(request: Any, handle: str, mutations: list, start: int, end: int) -> 
             error = response["error"]
             index = first + ((error.get("data") or {}).get("index") or 0)
             raise Difference(f"mutation {index + 1} ({_short(mutations[index])}) refused: {error.get('message')}")
-
-
-def _result(response: dict, what: str) -> Any:
-    if "error" in response:
-        raise Difference(f"{what} failed: {response['error'].get('message')}")
-    return response["result"]
 
 
 def _difference(expected: Any, got: Any, where: str) -> str | None:

@@ -200,6 +200,17 @@ sub _server_query {
     return CRSBridge::Recorder::query($st, $method, $params, sub { $conn->call($st, $method, $params) });
 }
 
+# A balancing query: $candidates (JSON) and the other params ($rest: members, each after a
+# comma). The flight recorder keeps the candidates apart: the decision's are its file's.
+sub _balancing_query {
+    my ($st, $method, $candidates, $rest) = @_;
+    my $params = '"candidates":' . $candidates . $rest;
+    my $conn = CRSBridge::Connection->instance;
+    return $conn->call($st, "scheduler.$method", $params) if !$st->{rec};
+    return CRSBridge::Recorder::query($st, "scheduler.$method", $rest,
+        sub { $conn->call($st, "scheduler.$method", $params) }, [$candidates]);
+}
+
 =head1 COMMON METHODS
 
 =over
@@ -302,12 +313,13 @@ sub _score_migrations {
     my $parts = $st->{rec} && [];    # the candidates' JSON part by part, for the flight recorder
     my $staged = _score_in_parts($st, $method, $_[1], $_[2], $parts);
     if ($staged) {
-        CRSBridge::Recorder::record_staged($st, "scheduler.$method", $parts, $_[2]) if $parts;
+        CRSBridge::Recorder::record($st, "scheduler.$method", ',"limit":' . json_int(arg_usize($_[2])),
+            $CRSBridge::Connection::ANSWER, undef, $parts) if $parts;
         return $staged;
     }
     my $candidates = candidates_param($_[1]);
     my $limit = arg_usize($_[2]);
-    return _query($st, $method, '"candidates":' . $candidates . ',"limit":' . json_int($limit));
+    return _balancing_query($st, $method, $candidates, ',"limit":' . json_int($limit));
 }
 
 # Lists of at least PARTS_FROM candidates go in parts: each part is staged (expanded) by the
@@ -369,8 +381,7 @@ sub select_best_balancing_migration {
     my $candidates = candidates_param($_[1]);
     my $threshold = 'null';
     $threshold = json_num(check_finite('imbalance_threshold', arg_f64($_[2]))) if defined $_[2];
-    return _query($st, 'select_best_balancing_migration',
-        '"candidates":' . $candidates . ',"imbalance_threshold":' . $threshold);
+    return _balancing_query($st, 'select_best_balancing_migration', $candidates, ',"imbalance_threshold":' . $threshold);
 }
 
 =item select_best_balancing_migration_topsis(\@candidates)
@@ -382,7 +393,7 @@ The TOPSIS-best scored migration, or undef when there are no candidates.
 sub select_best_balancing_migration_topsis {
     check_arity('select_best_balancing_migration_topsis', \@_, qw(this candidates));
     my $st = _state($_[0]);
-    return _query($st, 'select_best_balancing_migration_topsis', '"candidates":' . candidates_param($_[1]));
+    return _balancing_query($st, 'select_best_balancing_migration_topsis', candidates_param($_[1]), '');
 }
 
 =item plan_rebalance(\@candidates, \%opts) / explain_migrations(\@candidates, \%opts)
