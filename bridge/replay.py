@@ -41,7 +41,17 @@ from typing import Any
 
 import orjson
 
-from .cli import EXIT_NO_ANSWER, EXIT_OK, EXIT_RPC_ERROR, EXIT_USAGE, _common_options, _json_dumps, _print_error, _read_params, _remote_call
+from .cli import (
+    EXIT_NO_ANSWER,
+    EXIT_OK,
+    EXIT_RPC_ERROR,
+    EXIT_USAGE,
+    _common_options,
+    _json_dumps,
+    _print_error,
+    _read_params,
+    _remote_call,
+)
 
 #: The key of a cluster file that holds the recording (plan and explain leave it aside).
 RECORD_KEY = "record"
