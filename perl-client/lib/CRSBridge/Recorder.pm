@@ -52,12 +52,6 @@ C<CRS_BRIDGE_RECORD> (a directory; empty or unset: off), C<CRS_BRIDGE_RECORD_MAX
 
 use constant { DEFAULT_MAX_FILES => 200, DEFAULT_MAX_BYTES => 64 * 1024 * 1024 };
 
-# The methods whose answer is a balancing decision: the last one's candidates are the file's.
-my %BALANCING = map { ("scheduler.$_" => 1) } qw(
-    score_best_balancing_migration_candidates score_best_balancing_migration_candidates_topsis
-    select_best_balancing_migration select_best_balancing_migration_topsis
-);
-
 my %WARNED;    # what was warned about already in this process (warn once)
 my $SEQUENCE = 0;    # files written by this process, for unique names
 my %SIZE;    # directory -> {file name -> bytes} of its records (each file's size is read once)
@@ -86,14 +80,16 @@ sub _count {
 
 =item start(\%state)
 
-Called for a new object: sets C<$state-E<gt>{rec}> when recording is on.
+Called for a new object: sets C<$state-E<gt>{rec}> when recording is on. Only the process
+that created an object records it (a forked child's copy is not written).
 
 =cut
 
 sub start {
     my ($st) = @_;
     my ($dir, $max_files, $max_bytes) = settings();
-    $st->{rec} = { dir => $dir, max_files => $max_files, max_bytes => $max_bytes, calls => [] } if defined $dir;
+    $st->{rec} = { dir => $dir, max_files => $max_files, max_bytes => $max_bytes, calls => [], pid => $$ }
+        if defined $dir;
     return;
 }
 
@@ -163,6 +159,7 @@ failure warns once per process and directory.
 sub finish {
     my ($st) = @_;
     my $rec = delete $st->{rec} or return;
+    return if $rec->{pid} != $$;    # a forked child's copy: the object's own process writes it
     local ($@, $!);
     eval { _write($rec, _file_parts($st, $rec)); 1 }
         or _warn_once("write $rec->{dir}", "crs-bridge: flight recorder: $@");
@@ -179,12 +176,14 @@ sub _warn_once {
 
 # -- the file --------------------------------------------------------------------------------
 
-# The file's parts, in order: JSON texts (UTF-8), or [text, offset, length] for a part of one.
-# The long ones, the journal and the decision's candidates, are joined once or not at all.
+# The file's parts, in order: JSON texts encoded to UTF-8 (in place: the object is gone), or
+# [text, offset, length] for a part of one. The long ones, the journal and the decision's
+# candidates, are joined once or not at all.
 sub _file_parts {
     my ($st, $rec) = @_;
     my $calls = $rec->{calls};
-    my ($decision) = grep { $calls->[$_]{candidates} && $BALANCING{ $calls->[$_]{method} } } reverse 0 .. $#$calls;
+    # The decision: the last balancing query (the queries whose candidates are kept apart).
+    my ($decision) = grep { $calls->[$_]{candidates} } reverse 0 .. $#$calls;
     my ($candidates, $limit, $method) = ([], '', 'bruteforce');
     if (defined $decision) {
         my $call = $calls->[$decision];
@@ -193,23 +192,18 @@ sub _file_parts {
         $limit = ",\"limit\":$1" if $call->{params} =~ /,"limit":(\d+)$/;
         $method = 'topsis' if $call->{method} =~ /_topsis$/;
     }
-    # Encoded in place (the object is gone), before their lengths are taken.
-    utf8::encode($_) for @$candidates;
-    my $journal = join(',', @{ $st->{jf} });    # joined in place (no copy of the result)
-    utf8::encode($journal);
+    utf8::encode($_) for @$candidates;    # before _list_parts takes their lengths
     my ($mode, $formula) = (json_str($st->{mode}), json_str($st->{imbalance}));
-    my @parts = (
-        '{"candidates":', _list_parts($candidates),
-        qq(,"method":"$method"$limit,"imbalance":$formula,"record":{"format":1,"mode":$mode,"imbalance":$formula)
-            . qq(,"pid":$$,"time":) . json_str(_utc_time()) . ',"decision":' . ($decision // 'null') . ',"journal":[',
-        $journal,
-        '],"calls":[' . join(',', map { _call_json($_) } @$calls) . "]}}\n",
-    );
-    utf8::encode($_) for @parts[ 0, -3, -1 ];    # the candidates' and the journal's are encoded
-    return @parts;
+    my $options = qq(,"method":"$method"$limit,"imbalance":$formula,"record":{"format":1,"mode":$mode)
+        . qq(,"imbalance":$formula,"pid":$$,"time":) . json_str(_utc_time()) . ',"decision":' . ($decision // 'null')
+        . ',"journal":[';
+    my $journal = join(',', @{ $st->{jf} });
+    my $rest = '],"calls":[' . join(',', map { _call_json($_) } @$calls) . "]}}\n";
+    utf8::encode($_) for $options, $journal, $rest;
+    return ('{"candidates":', _list_parts($candidates), $options, $journal, $rest);
 }
 
-# JSON arrays as parts of one array: each one's elements, written from where they are.
+# JSON arrays as the parts of one array: their elements, written from where they are.
 sub _list_parts {
     my @arrays = grep { $_ ne '[]' } @{ $_[0] };
     return '[]' if !@arrays;
@@ -221,7 +215,8 @@ sub _call_json {
     my ($call) = @_;
     my $params = $call->{params};
     if (my $candidates = $call->{candidates}) {    # a balancing query before the decision
-        $params = '"candidates":[' . join(',', map { substr($_, 1, -1) } grep { $_ ne '[]' } @$candidates) . ']' . $params;
+        $params = '"candidates":' . join('', map { ref $_ ? substr($_->[0], $_->[1], $_->[2]) : $_ } _list_parts($candidates))
+            . $params;
     }
     return '{"at":' . $call->{at} . ',"method":' . json_str($call->{method}) . ',"params":{' . $params . '}'
         . (defined $call->{answer} ? ',"answer":' . $call->{answer} : ',"no-answer":' . json_str($call->{error}))
@@ -243,7 +238,7 @@ sub _write {
     $bytes += ref $_ ? $_->[2] : length $_ for @_;
     if ($bytes > $rec->{max_bytes}) {
         _warn_once("size $dir", "crs-bridge: flight recorder: a record of $bytes bytes exceeds"
-            . " the cap of $rec->{max_bytes} bytes (CRS_BRIDGE_RECORD_MAX_BYTES); not written\n");
+            . " the cap of $rec->{max_bytes} bytes (record-max-bytes); not written\n");
         return;
     }
     my $name = sprintf('crs-%s-%d-%d.json', _utc_time(), $$, ++$SEQUENCE);
