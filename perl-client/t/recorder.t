@@ -148,7 +148,7 @@ subtest 'a directory that cannot be written: one warning, the same answers' => s
     local $SIG{__WARN__} = sub { push @warnings, $_[0] };
     my @on = map { round_with_recorder(simulation(), "$plain/records") } 1, 2;
     my $off = round_with_recorder(simulation(), undef);
-    is(scalar @warnings, 1, 'two rounds, one warning');
+    is(scalar @warnings, 1, 'two rounds, one warning') or diag explain \@warnings;
     like($warnings[0] // '', qr{^crs-bridge: flight recorder: cannot create \Q$plain\E/records/}, 'saying what failed');
     for my $report (@on) {
         is_deeply([ @{ $report->{move} }{qw(sid to)} ], [ @{ $off->{move} }{qw(sid to)} ], 'the same move');

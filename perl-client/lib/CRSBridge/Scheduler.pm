@@ -188,27 +188,21 @@ sub _remove_resource {
 }
 
 sub _query {
-    my ($st, $method, $params) = @_;
-    return _server_query($st, "scheduler.$method", $params);
+    my ($st, $method, @params) = @_;
+    return _server_query($st, "scheduler.$method", @params);
 }
 
-# A query of the server ($method: its full name), recorded when the flight recorder is on.
+# A query of the server ($method: its full name; $params: members without braces), recorded
+# when the flight recorder is on. A balancing query gives its $candidates (JSON) apart, $params
+# then holding the other members, each after a comma: the recorder keeps them apart (the
+# decision's candidates are its file's).
 sub _server_query {
-    my ($st, $method, $params) = @_;
+    my ($st, $method, $params, $candidates) = @_;
+    my $sent = defined $candidates ? '"candidates":' . $candidates . $params : $params;
     my $conn = CRSBridge::Connection->instance;
-    return $conn->call($st, $method, $params) if !$st->{rec};
-    return CRSBridge::Recorder::query($st, $method, $params, sub { $conn->call($st, $method, $params) });
-}
-
-# A balancing query: $candidates (JSON) and the other params ($rest: members, each after a
-# comma). The flight recorder keeps the candidates apart: the decision's are its file's.
-sub _balancing_query {
-    my ($st, $method, $candidates, $rest) = @_;
-    my $params = '"candidates":' . $candidates . $rest;
-    my $conn = CRSBridge::Connection->instance;
-    return $conn->call($st, "scheduler.$method", $params) if !$st->{rec};
-    return CRSBridge::Recorder::query($st, "scheduler.$method", $rest,
-        sub { $conn->call($st, "scheduler.$method", $params) }, [$candidates]);
+    return $conn->call($st, $method, $sent) if !$st->{rec};
+    return CRSBridge::Recorder::query($st, $method, $params, sub { $conn->call($st, $method, $sent) },
+        defined $candidates ? [$candidates] : undef);
 }
 
 =head1 COMMON METHODS
@@ -319,7 +313,7 @@ sub _score_migrations {
     }
     my $candidates = candidates_param($_[1]);
     my $limit = arg_usize($_[2]);
-    return _balancing_query($st, $method, $candidates, ',"limit":' . json_int($limit));
+    return _query($st, $method, ',"limit":' . json_int($limit), $candidates);
 }
 
 # Lists of at least PARTS_FROM candidates go in parts: each part is staged (expanded) by the
@@ -381,7 +375,7 @@ sub select_best_balancing_migration {
     my $candidates = candidates_param($_[1]);
     my $threshold = 'null';
     $threshold = json_num(check_finite('imbalance_threshold', arg_f64($_[2]))) if defined $_[2];
-    return _balancing_query($st, 'select_best_balancing_migration', $candidates, ',"imbalance_threshold":' . $threshold);
+    return _query($st, 'select_best_balancing_migration', ',"imbalance_threshold":' . $threshold, $candidates);
 }
 
 =item select_best_balancing_migration_topsis(\@candidates)
@@ -393,7 +387,7 @@ The TOPSIS-best scored migration, or undef when there are no candidates.
 sub select_best_balancing_migration_topsis {
     check_arity('select_best_balancing_migration_topsis', \@_, qw(this candidates));
     my $st = _state($_[0]);
-    return _balancing_query($st, 'select_best_balancing_migration_topsis', candidates_param($_[1]), '');
+    return _query($st, 'select_best_balancing_migration_topsis', '', candidates_param($_[1]));
 }
 
 =item plan_rebalance(\@candidates, \%opts) / explain_migrations(\@candidates, \%opts)
