@@ -61,6 +61,8 @@ CANDIDATES_REF = "@candidates"
 _APPLY_CHUNK = 1000
 #: The modes of a scheduler.
 _MODES = ("static", "dynamic")
+#: What reading a recording that lacks a key or has one of the wrong type raises.
+_MALFORMED = (KeyError, IndexError, TypeError, AttributeError)
 
 
 def add_replay_command(commands: Any) -> None:
@@ -88,6 +90,9 @@ def _replay_command(args: argparse.Namespace) -> int:
     except Difference as difference:
         print(f"crs-bridge replay: {difference}", file=sys.stderr)
         return EXIT_RPC_ERROR
+    except _MALFORMED as problem:
+        print(f"crs-bridge replay: cannot read {args.file}: a malformed recording ({problem!r})", file=sys.stderr)
+        return EXIT_USAGE
     calls = len(recording[RECORD_KEY]["calls"])
     print(f"{args.file}: {compared} of {calls} answers replayed, all bit-identical ({local} answered by the client)")
     return EXIT_OK
@@ -148,8 +153,8 @@ def remote_call(method: str, params: dict, trace: str | None) -> tuple[int, Any]
     except Difference as problem:
         print(f"crs-bridge: cannot rebuild the recorded object: {problem}", file=sys.stderr)
         return EXIT_NO_ANSWER, None
-    except (KeyError, IndexError, TypeError) as problem:
-        print(f"crs-bridge: not a flight recorder file: {problem!r} missing", file=sys.stderr)
+    except _MALFORMED as problem:
+        print(f"crs-bridge: a malformed flight recorder file ({problem!r})", file=sys.stderr)
         return EXIT_USAGE, None
     if "error" in response:
         _print_error(response["error"])
@@ -158,7 +163,8 @@ def remote_call(method: str, params: dict, trace: str | None) -> tuple[int, Any]
 
 
 def _new(request: Any, record: dict) -> str:
-    response = request("scheduler.new", {"mode": record["mode"], "imbalance": record.get("imbalance")})
+    formula = {"imbalance": record["imbalance"]} if "imbalance" in record else {}
+    response = request("scheduler.new", {"mode": record["mode"], **formula})
     if "error" in response:
         raise Difference(f"scheduler.new failed: {response['error'].get('message')}")
     return response["result"]["scheduler"]
@@ -189,7 +195,7 @@ def _difference(expected: Any, got: Any, where: str) -> str | None:
     if isinstance(expected, float):
         same = expected.hex() == got.hex()  # bits, not value: -0.0 differs from 0.0, NaN matches NaN
     elif isinstance(expected, dict):
-        for key in expected.keys() | got.keys():
+        for key in [*expected, *(key for key in got if key not in expected)]:
             found = _difference(expected.get(key), got.get(key), f"{where}.{key}")
             if found:
                 return found
