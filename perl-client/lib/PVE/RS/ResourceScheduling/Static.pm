@@ -155,7 +155,9 @@ C<explain_migrations>: see L<CRSBridge::Planning>.
 
 C<CRS_BRIDGE_COMMAND>, C<CRS_BRIDGE_LOG> (L<CRSBridge::Process>), C<CRS_BRIDGE_TIMEOUT>,
 C<CRS_BRIDGE_START_TIMEOUT> (L<CRSBridge::Connection>), C<CRS_BRIDGE_IMBALANCE>
-(L<CRSBridge::Scheduler>), C<CRS_BRIDGE_JSON> (L<CRSBridge::Codec>).
+(L<CRSBridge::Scheduler>), C<CRS_BRIDGE_JSON> (L<CRSBridge::Codec>), C<CRS_BRIDGE_RECORD>,
+C<CRS_BRIDGE_RECORD_MAX_FILES>, C<CRS_BRIDGE_RECORD_MAX_BYTES> (the flight recorder,
+L<CRSBridge::Recorder>).
 
 =cut
 
