@@ -36,7 +36,9 @@ C<crs-bridge replay> re-runs (see bridge/replay.py for the format). Objects stil
 program end are not written.
 
 At most C<record-max-files> files and C<record-max-bytes> bytes are kept (the oldest go
-first; a record larger than the byte cap on its own is not written). Recording never fails a
+first; a record larger than the byte cap on its own is not written). The directory is listed
+every 16th record a process writes (listing it each time cost a round 1-2 %), so files that
+other processes put there count from the next listing on. Recording never fails a
 call: a directory that cannot be written gives one warning per process and the object goes on.
 
 =head1 ENVIRONMENT
@@ -54,7 +56,11 @@ use constant { DEFAULT_MAX_FILES => 200, DEFAULT_MAX_BYTES => 64 * 1024 * 1024 }
 
 my %WARNED;    # what was warned about already in this process (warn once)
 my $SEQUENCE = 0;    # files written by this process, for unique names
-my %SIZE;    # directory -> {file name -> bytes} of its records (each file's size is read once)
+# Directory -> { names => [its records, oldest first], size => {name -> bytes}, fresh => how many
+# more writes trust this listing }: a directory is listed every LIST_EVERY writes only (its
+# other writers' files count from the next listing on).
+my %DIRS;
+use constant LIST_EVERY => 16;
 
 # The recorder's settings: (directory or undef, most files, most bytes). The one place they
 # are read (environment only for now; the config file's keys record, record-max-files,
@@ -258,27 +264,35 @@ sub _write {
         unlink $temp;
         die "cannot write $dir/$name: $error\n";
     }
-    $SIZE{$dir}{$name} = $bytes;
-    _apply_caps($rec);
+    _apply_caps($rec, $name, $bytes);
     return;
 }
 
-# Remove the oldest records (by name: the time comes first) beyond the caps.
+# Counts the new record $name of $bytes and removes the oldest records (by name: the time comes
+# first) beyond the caps.
 sub _apply_caps {
-    my ($rec) = @_;
+    my ($rec, $name, $bytes) = @_;
     my $dir = $rec->{dir};
-    opendir(my $dh, $dir) or die "cannot list $dir: $!\n";
-    my @names = sort grep { /^crs-.*\.json$/ } readdir $dh;
-    closedir $dh;
-    my $known = $SIZE{$dir} // {};
-    my %size = map { ($_ => $known->{$_} // (-s "$dir/$_") // 0) } @names;
-    $SIZE{$dir} = \%size;    # the files gone (removed elsewhere) are forgotten
+    my $known = $DIRS{$dir};
+    if (!$known || !$known->{fresh}--) {
+        opendir(my $dh, $dir) or die "cannot list $dir: $!\n";
+        my @names = sort grep { /^crs-.*\.json$/ } readdir $dh;
+        closedir $dh;
+        my $size = $known ? $known->{size} : {};
+        $known = $DIRS{$dir} = {
+            names => \@names, size => { map { ($_ => $size->{$_} // (-s "$dir/$_") // 0) } @names }, fresh => LIST_EVERY,
+        };
+    } else {
+        push @{ $known->{names} }, $name;
+    }
+    my ($names, $size) = @$known{qw(names size)};
+    $size->{$name} = $bytes;
     my $total = 0;
-    $total += $_ for values %size;
-    while (@names > $rec->{max_files} || $total > $rec->{max_bytes}) {
-        my $name = shift @names;
-        $total -= delete $size{$name};
-        unlink "$dir/$name";
+    $total += $_ for values %$size;
+    while (@$names > $rec->{max_files} || $total > $rec->{max_bytes}) {
+        my $oldest = shift @$names;
+        $total -= delete $size->{$oldest};
+        unlink "$dir/$oldest";
     }
     return;
 }
