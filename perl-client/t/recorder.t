@@ -3,8 +3,8 @@
 # writes one file; `crs-bridge explain` of that file names the migration the round's query
 # returned, with the same imbalance, bit for bit; `crs-bridge replay` re-runs it (exit 0), and
 # finds an answer altered by one digit (exit 1, naming the call); a directory that cannot be
-# written warns once and changes no answer; the caps remove the oldest files. Real server, real
-# client, real CLI.
+# written, or a full disk, warns once and changes no answer; the caps remove the oldest files.
+# Real server, real client, real CLI.
 
 use strict;
 use warnings;
@@ -68,6 +68,21 @@ sub round_with_recorder {
     my ($sim, $dir) = @_;
     local $ENV{CRS_BRIDGE_RECORD} = $dir // '';
     return $sim->round;    # its usage object is dropped at the end of the round
+}
+
+# Two static HA rounds, each a line: the move and the imbalances.
+sub static_rounds {
+    return join('', map {
+        my $report = simulation('static')->round;
+        "$report->{move}{sid} $report->{move}{to} $report->{move}{expected} $report->{imbalance}\n";
+    } 1, 2);
+}
+
+if (@ARGV && $ARGV[0] eq '--static-rounds') {    # the process of the full-disk test
+    Test::More->builder->no_ending(1);
+    $SIG{XFSZ} = 'IGNORE';    # a write past the limit then fails (EFBIG) instead of killing the process
+    print static_rounds();
+    exit 0;
 }
 
 my $dir = tempdir(CLEANUP => 1);
@@ -158,6 +173,26 @@ subtest 'a directory that cannot be written: one warning, the same answers' => s
         ok($report->{move}{expected} == $off->{move}{expected} && $report->{imbalance} == $off->{imbalance},
             'the same imbalances');
     }
+};
+
+subtest 'a full disk (a file size limit): one warning, no partial file, the same answers' => sub {
+    my $full = tempdir(CLEANUP => 1);
+    # This test in another process whose files may not grow past 1 KiB (ulimit -f 2: blocks of
+    # 512 bytes or 1 KiB): there the records (some 4 KB) fail to be written as on a full disk.
+    local $ENV{CRS_BRIDGE_RECORD} = $full;
+    my $pid = open3(my $in, my $out, my $err = gensym, '/bin/sh', '-c', 'ulimit -f 2 && exec "$@"', 'sh',
+        $^X, $0, '--static-rounds');
+    close $in;
+    my ($stdout, $stderr) = (do { local $/; <$out> } // '', do { local $/; <$err> } // '');
+    waitpid($pid, 0);
+    is($? >> 8, 0, 'the rounds went on') or diag $stderr;
+    my @warnings = $stderr =~ /^(crs-bridge: flight recorder: .*)$/mg;
+    is(scalar @warnings, 1, 'one warning for two rounds') or diag $stderr;
+    like($warnings[0] // '', qr/short write|File too large/, 'saying why');
+    opendir(my $dh, $full) or die "cannot list $full: $!\n";
+    is_deeply([ grep { !/^\.\.?$/ } readdir $dh ], [], 'no file left behind');
+    local $ENV{CRS_BRIDGE_RECORD} = '';
+    is($stdout, static_rounds(), 'the same moves and imbalances as without the recorder');
 };
 
 subtest 'the caps remove the oldest files' => sub {
