@@ -1,13 +1,16 @@
 #!/usr/bin/perl
 # One HA manager round through the Perl client, as PVE::HA::Manager does it every 10 s:
 # new usage object, add the nodes, add every guest, compute the imbalance, score the balancing
-# candidates with limit 1, drop the object. Prints p50/p90 over the rounds, per JSON backend.
+# candidates with limit 1, drop the object. Prints p50/p90 over the rounds (the drop included),
+# per JSON backend.
 #
 #   PATH=.venv/bin:$PATH perl benchmarks/perl_round.pl [--rounds 50] [--nodes 16] [--guests 2000]
 #       [--mode static|dynamic] [--json PP|XS]   (no --json: runs each available backend)
 #       [--split]                (time per phase, and the client's CPU time in it)
 #       [--server-trace FILE]    (run the server with --trace FILE and print its time per request kind)
 #       [--lib DIR]              (the Perl client to measure; default: perl-client/lib of this tree)
+#       [--record DIR]           (rounds alternately without and with the flight recorder writing
+#                                 to DIR, CRS_BRIDGE_RECORD; prints both and the recorder's cost)
 #
 # A before/after comparison runs both sides alternately, each with its own client and server, e.g.
 #   CRS_BRIDGE_COMMAND="env PYTHONPATH=/tmp/old /work/main/.venv/bin/python -P -m crs_bridge serve" \
@@ -33,9 +36,9 @@ use POSIX ();
 use Time::HiRes qw(time clock_gettime CLOCK_PROCESS_CPUTIME_ID);
 
 my %opt = (rounds => 50, nodes => 16, guests => 2000, mode => 'static');
-GetOptions(\%opt, 'rounds=i', 'nodes=i', 'guests=i', 'mode=s', 'json=s', 'split', 'server-trace=s', 'lib=s')
+GetOptions(\%opt, 'rounds=i', 'nodes=i', 'guests=i', 'mode=s', 'json=s', 'split', 'server-trace=s', 'lib=s', 'record=s')
     or die "usage: $0 [--rounds N] [--nodes N] [--guests N] [--mode static|dynamic] [--json PP|XS] [--split]"
-    . " [--server-trace FILE] [--lib DIR]\n";
+    . " [--server-trace FILE] [--lib DIR] [--record DIR]\n";
 
 if (!$opt{json}) {
     # One process per backend: the backend is chosen once per process.
@@ -43,6 +46,7 @@ if (!$opt{json}) {
     push @args, '--split' if $opt{split};
     push @args, '--server-trace', $opt{'server-trace'} if $opt{'server-trace'};
     push @args, '--lib', $opt{lib} if $opt{lib};
+    push @args, '--record', $opt{record} if $opt{record};
     for my $json ('PP', 'XS') {
         if ($json eq 'XS' && !eval { require Cpanel::JSON::XS; 1 }) {
             print "XS: Cpanel::JSON::XS is not installed, skipped\n";
@@ -126,8 +130,10 @@ sub round {
     my $best = $usage->score_best_balancing_migration_candidates(\@candidates, 1);
     my ($t3, $cpu3) = (time, cpu());
     undef $usage;
+    my ($t4, $cpu4) = (time, cpu());
     die "no migration found\n" if !@$best;
-    return [ $t3 - $t0, $t1 - $t0, $t2 - $t1, $t3 - $t2, cpu() - $cpu0, $cpu1 - $cpu0, $cpu2 - $cpu1, $cpu3 - $cpu2 ];
+    return [ $t4 - $t0, $t1 - $t0, $t2 - $t1, $t3 - $t2, $t4 - $t3,
+        $cpu4 - $cpu0, $cpu1 - $cpu0, $cpu2 - $cpu1, $cpu3 - $cpu2, $cpu4 - $cpu3 ];
 }
 
 sub percentile {
@@ -144,23 +150,66 @@ sub server_cpu {
     return ($fields[11] + $fields[12]) / POSIX::sysconf(POSIX::_SC_CLK_TCK());
 }
 
+# With --record, odd rounds record and even ones do not (the recorder is chosen per object).
+sub recorded_round {
+    my ($on) = @_;
+    local $ENV{CRS_BRIDGE_RECORD} = $on ? $opt{record} : '';
+    return round();
+}
+
+my $backend = CRSBridge::Codec::backend();
+if ($opt{record}) {
+    -d $opt{record} or mkdir $opt{record} or die "cannot create $opt{record}: $!\n";
+    recorded_round($_ % 2) for 1 .. 4;    # start the server, warm up
+    my (@off, @on);
+    for my $i (1 .. 2 * $opt{rounds}) {
+        push @{ $i % 2 ? \@on : \@off }, recorded_round($i % 2);
+    }
+    printf "%s (%s), %s mode, %d nodes, %d guests, %d rounds each, side by side:\n",
+        $opt{json}, $backend, $opt{mode}, $opt{nodes}, $opt{guests}, $opt{rounds};
+    report('recorder off', \@off);
+    report('recorder on', \@on);
+    my ($p50_off, $p50_on) = map { percentile(0.5, map { $_->[0] } @$_) } \@off, \@on;
+    my ($mean_off, $mean_on) = map { List::Util::sum(map { $_->[0] } @$_) / @$_ } \@off, \@on;
+    # The recorder works when the object is dropped: that phase, timed within each round, is
+    # its cost with less noise than the difference of two whole rounds.
+    my ($drop_off, $drop_on) = map { percentile(0.5, map { $_->[4] } @$_) } \@off, \@on;
+    printf "    recorder cost: p50 %+.2f ms (%+.1f %%), mean %+.2f ms (%+.1f %%) per round;"
+        . " drop p50 %.2f ms off, %.2f ms on (%+.1f %% of the round's p50 without it)\n",
+        1000 * ($p50_on - $p50_off), 100 * ($p50_on / $p50_off - 1),
+        1000 * ($mean_on - $mean_off), 100 * ($mean_on / $mean_off - 1),
+        1000 * $drop_off, 1000 * $drop_on, 100 * ($drop_on - $drop_off) / $p50_off;
+    exit 0;
+}
+
 round() for 1 .. 3;    # start the server, warm up
 my $server0 = server_cpu();
 my @times = map { round() } 1 .. $opt{rounds};
 my $server1 = server_cpu();
-my $backend = CRSBridge::Codec::backend();
 my $server = defined $server0 && defined $server1
     ? sprintf(', server CPU: mean %.1f ms', 1000 * ($server1 - $server0) / $opt{rounds}) : '';
 printf "%s (%s), %s mode, %d nodes, %d guests, %d rounds: p50 %.1f ms, p90 %.1f ms"
     . " (client CPU: mean %.1f ms%s per round)\n",
     $opt{json}, $backend, $opt{mode}, $opt{nodes}, $opt{guests}, $opt{rounds},
     1000 * percentile(0.5, map { $_->[0] } @times), 1000 * percentile(0.9, map { $_->[0] } @times),
-    1000 * List::Util::sum(map { $_->[4] } @times) / @times, $server;
-if ($opt{split}) {
-    my @names = ('new + adds (client side)', 'imbalance (incl. flush of the adds)', 'score candidates');
-    for my $i (1 .. 3) {
-        printf "    %-38s p50 %.1f ms (client CPU p50 %.1f ms)\n", $names[ $i - 1 ],
-            1000 * percentile(0.5, map { $_->[$i] } @times), 1000 * percentile(0.5, map { $_->[ $i + 4 ] } @times);
+    1000 * List::Util::sum(map { $_->[5] } @times) / @times, $server;
+report_split(\@times) if $opt{split};
+
+sub report {
+    my ($what, $times) = @_;
+    printf "    %-14s p50 %.2f ms, p90 %.2f ms, mean %.2f ms (client CPU: mean %.2f ms)\n", $what,
+        map({ 1000 * percentile($_, map { $_->[0] } @$times) } 0.5, 0.9),
+        1000 * List::Util::sum(map { $_->[0] } @$times) / @$times,
+        1000 * List::Util::sum(map { $_->[5] } @$times) / @$times;
+    report_split($times) if $opt{split};
+}
+
+sub report_split {
+    my ($times) = @_;
+    my @names = ('new + adds (client side)', 'imbalance (incl. flush of the adds)', 'score candidates', 'drop the object');
+    for my $i (1 .. 4) {
+        printf "    %-38s p50 %.2f ms (client CPU p50 %.2f ms)\n", $names[ $i - 1 ],
+            1000 * percentile(0.5, map { $_->[$i] } @$times), 1000 * percentile(0.5, map { $_->[ $i + 5 ] } @$times);
     }
 }
 

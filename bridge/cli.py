@@ -22,7 +22,11 @@
     ``candidates``, options); flags override the file's options. Both go through a fresh server
     like ``call`` (one validation path, the same numbers as the RPC methods); ``--json`` prints
     the result as JSON; exit codes as ``call``. A threshold or margin that reads as a percentage
-    (30, as datacenter.cfg writes it) is refused, naming the fraction meant (0.3).
+    (30, as datacenter.cfg writes it) is refused, naming the fraction meant (0.3). CLUSTER may be
+    a flight recorder file: the recorded object at its decision (:mod:`bridge.replay`).
+``crs-bridge replay FILE``
+    Re-run a flight recorder file on a fresh server, checking every answer bit for bit
+    (:mod:`bridge.replay`).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -105,6 +109,9 @@ def _parser() -> argparse.ArgumentParser:
     _common_options(methods)
     methods.set_defaults(run=_methods)
     _add_plan_commands(commands)
+    from .replay import add_replay_command
+
+    add_replay_command(commands)
     return parser
 
 
@@ -258,13 +265,22 @@ class _Server:
         self.client.__exit__(*exc)
 
 
-def _remote_call(args: argparse.Namespace, method: str, params: Any, from_file: bool = False) -> tuple[int, Any]:
+def _remote_call(
+    args: argparse.Namespace,
+    method: str,
+    params: Any,
+    from_file: bool = False,
+    prepare: Callable[[_Server], dict] | None = None,
+) -> tuple[int, Any]:
     """Send one request to a fresh server: (EXIT_OK, result), or an exit status and None after
     printing the error (or the lack of an answer) on stderr, with the close method names when
-    the method is unknown. ``from_file``: params from a file, see :func:`_params_taken`."""
+    the method is unknown. ``from_file``: params from a file, see :func:`_params_taken`.
+    ``prepare``: sets the server up first and returns params to add (exceptions pass through)."""
     with _Server(args.trace) as server:
         if from_file and isinstance(params, dict):
             params = _params_taken(args, method, params, server.methods)
+        if prepare is not None:
+            params = {**params, **prepare(server)}
         response = server.ask(method, params)
         if response is None:
             _say(args, f"the server gave no answer (exit status {server.client.close()})")
@@ -425,7 +441,9 @@ def _plan_command(args: argparse.Namespace) -> int:
         _say(args, problem)
     if problems:
         return EXIT_USAGE
-    status, result = _remote_call(args, args.rpc_method, params)
+    from .replay import remote_call  # a flight recorder file is the recorded object at its decision
+
+    status, result = remote_call(args, args.rpc_method, params)
     if status != EXIT_OK:
         return status
     if args.json:

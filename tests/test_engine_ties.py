@@ -247,7 +247,10 @@ def test_unknown_leader_later_beats_a_target_equal_to_its_source():
 @pytest.mark.parametrize(
     ("later", "error"),
     [
-        (CompactCandidate("vm:201", ("vm:201", "vm:101"), ("node3",)), "resource 'vm:101' is on other node than leader"),
+        (
+            CompactCandidate("vm:201", ("vm:201", "vm:101"), ("node3",)),
+            "resource 'vm:101' is on other node than leader",
+        ),
         (CompactCandidate("vm:201", ("vm:202",), ("node3",)), "leader 'vm:201' is not present in the resources list"),
     ],
 )

@@ -597,7 +597,9 @@ CASES = [
         SCHEDULING,
         ("leader '' is not present in the cluster usage",),
     ),
-    Case("bundle-empty-target", score_on_s([bundle("vm:1", ["vm:1"], [""])]), INVALID_PARAMS, ("candidates[0].nodes[0]",)),
+    Case(
+        "bundle-empty-target", score_on_s([bundle("vm:1", ["vm:1"], [""])]), INVALID_PARAMS, ("candidates[0].nodes[0]",)
+    ),
     Case(
         "bundle-empty-target-then-unknown-leader",
         score_on_s([bundle("vm:1", ["vm:1"], [""]), bundle("vm:9", ["vm:9"], ["n2"])]),

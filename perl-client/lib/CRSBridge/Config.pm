@@ -86,7 +86,7 @@ JSON::PP), C<PP> or C<XS> (Cpanel::JSON::XS, required then).
 =item record, record-max-files, record-max-bytes
 
 The flight recorder: C<record> is C<off> (default) or an absolute directory path;
-C<record-max-files> (default 10) and C<record-max-bytes> (default 67108864) are positive
+C<record-max-files> (default 200) and C<record-max-bytes> (default 67108864) are positive
 integers bounding what it keeps.
 
 =back
@@ -126,7 +126,7 @@ my %KEYS = (
         default => 'off', must => "'off' or an absolute directory path",
         parse => sub { $_[0] =~ m{^(off|/$PLAIN_PATH)$} ? $1 : undef }, sensitive => 1,
     },
-    'record-max-files' => { default => 10, must => 'a positive integer', parse => \&_count },
+    'record-max-files' => { default => 200, must => 'a positive integer', parse => \&_count },
     'record-max-bytes' => { default => 64 << 20, must => 'a positive integer (bytes)', parse => \&_count },
 );
 

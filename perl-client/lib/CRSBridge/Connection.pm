@@ -32,6 +32,9 @@ my $SERVERS = 0;   # servers started so far, to tell a handle's server apart fro
 # package variable, counted by journal and by its common case written out in
 # CRSBridge::Scheduler (a call less per add).
 our $PENDING = 0;
+# The last answer read for a call (a reference to the line as the server wrote it), for
+# CRSBridge::Recorder, which records answers bit for bit.
+our $ANSWER;
 
 =head1 NAME
 
@@ -452,7 +455,10 @@ sub _await {
         my $answer = eval { decode_json_text($line) };
         die "crs-bridge: the server sent something that is not JSON: " . substr($line, 0, 200) . "\n"
             if ref $answer ne 'HASH';
-        return $answer if defined $answer->{id} && $answer->{id} eq $id;
+        if (defined $answer->{id} && $answer->{id} eq $id) {
+            $ANSWER = \$line;
+            return $answer;
+        }
         if (!defined $answer->{id} && $answer->{error} && @{ $self->{batches} }) {
             # A batch refused as a whole (e.g. over the server's size limit).
             my $batch = shift @{ $self->{batches} };

@@ -10,7 +10,6 @@ use warnings;
 
 use CRSBridge::Args qw(check_arity);
 use CRSBridge::Codec qw(json_str json_num);
-use CRSBridge::Connection;
 use CRSBridge::Records qw(candidates_param);
 use Scalar::Util qw(looks_like_number);
 
@@ -81,7 +80,7 @@ sub plan_rebalance {
     my $st = CRSBridge::Scheduler::_state($_[0]);
     my $params = '"candidates":' . candidates_param($_[1])
         . _options('plan_rebalance', $_[2], \%PLAN_OPTIONS);
-    my $plan = CRSBridge::Connection->instance->call($st, 'scheduler.plan_rebalance', $params);
+    my $plan = CRSBridge::Scheduler::_server_query($st, 'scheduler.plan_rebalance', $params);
     $plan->{'allow-repeat'} = $plan->{'allow-repeat'} ? 1 : 0;
     return $plan;
 }
@@ -112,7 +111,7 @@ sub explain_migrations {
     my $st = CRSBridge::Scheduler::_state($_[0]);
     my $params = '"candidates":' . candidates_param($_[1])
         . _options('explain_migrations', $_[2], \%EXPLAIN_OPTIONS);
-    return CRSBridge::Connection->instance->call($st, 'explain_migrations', $params);
+    return CRSBridge::Scheduler::_server_query($st, 'explain_migrations', $params);
 }
 
 =back

@@ -9,11 +9,12 @@ use warnings;
 use CRSBridge::Args qw(
     check_arity check_invocant arg_string arg_str arg_usize arg_f64 check_finite plain_number MAX_CORES MAX_BYTES
 );
-use CRSBridge::Codec qw(json_str json_int json_num);
+use CRSBridge::Codec qw(json_str json_int json_num json_str_list);
 use CRSBridge::Config;
 use CRSBridge::Connection;
 use CRSBridge::Mirror;
 use CRSBridge::Records qw(candidates_param candidates_list resource_param);
+use CRSBridge::Recorder;
 use Scalar::Util ();
 
 BEGIN {
@@ -47,6 +48,7 @@ sub _new {
     my $formula = CRSBridge::Config::get('imbalance');
     my $st = { mode => $class->MODE, imbalance => $formula, mirror => CRSBridge::Mirror->new };
     CRSBridge::Connection->instance->create($st);
+    CRSBridge::Recorder::start($st);
     return bless { _crs => $st }, $class;
 }
 
@@ -178,8 +180,21 @@ sub _remove_resource {
 }
 
 sub _query {
-    my ($st, $method, $params) = @_;
-    return CRSBridge::Connection->instance->call($st, "scheduler.$method", $params);
+    my ($st, $method, @params) = @_;
+    return _server_query($st, "scheduler.$method", @params);
+}
+
+# A query of the server ($method: its full name; $params: members without braces), recorded
+# when the flight recorder is on. A balancing query gives its $candidates (JSON) apart, $params
+# then holding the other members, each after a comma: the recorder keeps them apart (the
+# decision's candidates are its file's).
+sub _server_query {
+    my ($st, $method, $params, $candidates) = @_;
+    my $sent = defined $candidates ? '"candidates":' . $candidates . $params : $params;
+    my $conn = CRSBridge::Connection->instance;
+    return $conn->call($st, $method, $sent) if !$st->{rec};
+    return CRSBridge::Recorder::query($st, $method, $params, sub { $conn->call($st, $method, $sent) },
+        defined $candidates ? [$candidates] : undef);
 }
 
 =head1 COMMON METHODS
@@ -214,7 +229,9 @@ sub list_nodes {
     check_arity('list_nodes', \@_, qw(this));
     my $st = _state($_[0]);
     die $st->{poison} if $st->{poison};
-    return $st->{mirror}->node_names;
+    my $names = $st->{mirror}->node_names;
+    CRSBridge::Recorder::answered_locally($st, 'scheduler.list_nodes', '', json_str_list($names)) if $st->{rec};
+    return $names;
 }
 
 =item contains_node($nodename)
@@ -228,7 +245,10 @@ sub contains_node {
     my $st = _state($_[0]);
     my $name = arg_str($_[1]);
     die $st->{poison} if $st->{poison};
-    return $st->{mirror}->has_node($name) ? 1 : 0;
+    my $has = $st->{mirror}->has_node($name) ? 1 : 0;
+    CRSBridge::Recorder::answered_locally($st, 'scheduler.contains_node', '"nodename":' . json_str($name),
+        $has ? 'true' : 'false') if $st->{rec};
+    return $has;
 }
 
 =item calculate_node_imbalance()
@@ -276,11 +296,16 @@ sub score_best_balancing_migration_candidates_topsis {
 sub _score_migrations {
     my $method = shift;
     my $st = _state($_[0]);
-    my $staged = _score_in_parts($st, $method, $_[1], $_[2]);
-    return $staged if $staged;
+    my $parts = $st->{rec} && [];    # the candidates' JSON part by part, for the flight recorder
+    my $staged = _score_in_parts($st, $method, $_[1], $_[2], $parts);
+    if ($staged) {
+        CRSBridge::Recorder::record($st, "scheduler.$method", ',"limit":' . json_int(arg_usize($_[2])),
+            $CRSBridge::Connection::ANSWER, undef, $parts) if $parts;
+        return $staged;
+    }
     my $candidates = candidates_param($_[1]);
     my $limit = arg_usize($_[2]);
-    return _query($st, $method, '"candidates":' . $candidates . ',"limit":' . json_int($limit));
+    return _query($st, $method, ',"limit":' . json_int($limit), $candidates);
 }
 
 # Lists of at least PARTS_FROM candidates go in parts: each part is staged (expanded) by the
@@ -292,8 +317,9 @@ use constant { PARTS_FROM => 1000, FIRST_PART => 125, PART => 500 };
 
 # The scores of a long list scored in parts; undef for a short list, and whenever the server
 # refused a part: the caller then sends the whole list, and dies (or not) as that call does.
+# With \@parts, each part's JSON array is pushed there.
 sub _score_in_parts {
-    my ($st, $method) = @_[0, 1];
+    my ($st, $method, $parts) = @_[0, 1, 4];
     my $list = candidates_list($_[2]);
     return undef if !$list || @$list < PARTS_FROM;
     my $limit = eval { arg_usize($_[3]) } // return undef;    # the caller dies in perlmod's order
@@ -302,7 +328,11 @@ sub _score_in_parts {
     while ($at < @$list) {
         my @part = @$list[ $at .. ($at + $size <= @$list ? $at + $size : @$list) - 1 ];
         my $append = $at ? 'true' : 'false';
-        my $params = sub { '"candidates":' . candidates_param(\@part) . qq(,"append":$append) };
+        my $params = sub {
+            my $json = candidates_param(\@part);
+            push @$parts, $json if $parts;
+            return '"candidates":' . $json . qq(,"append":$append);
+        };
         push @calls, [ 'scheduler.stage_candidates', $params ];
         $at += $size;
         $size = $size * 2 < PART ? $size * 2 : PART;
@@ -337,8 +367,7 @@ sub select_best_balancing_migration {
     my $candidates = candidates_param($_[1]);
     my $threshold = 'null';
     $threshold = json_num(check_finite('imbalance_threshold', arg_f64($_[2]))) if defined $_[2];
-    return _query($st, 'select_best_balancing_migration',
-        '"candidates":' . $candidates . ',"imbalance_threshold":' . $threshold);
+    return _query($st, 'select_best_balancing_migration', ',"imbalance_threshold":' . $threshold, $candidates);
 }
 
 =item select_best_balancing_migration_topsis(\@candidates)
@@ -350,7 +379,7 @@ The TOPSIS-best scored migration, or undef when there are no candidates.
 sub select_best_balancing_migration_topsis {
     check_arity('select_best_balancing_migration_topsis', \@_, qw(this candidates));
     my $st = _state($_[0]);
-    return _query($st, 'select_best_balancing_migration_topsis', '"candidates":' . candidates_param($_[1]));
+    return _query($st, 'select_best_balancing_migration_topsis', '', candidates_param($_[1]));
 }
 
 =item plan_rebalance(\@candidates, \%opts) / explain_migrations(\@candidates, \%opts)
@@ -368,6 +397,7 @@ sub DESTROY {
     return if ${^GLOBAL_PHASE} eq 'DESTRUCT';
     local ($@, $!, $?);
     my $st = ref $self && $self->{_crs} or return;
+    CRSBridge::Recorder::finish($st) if $st->{rec};
     CRSBridge::Connection->release($st);
     return;
 }

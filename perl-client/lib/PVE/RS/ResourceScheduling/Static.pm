@@ -185,7 +185,8 @@ C<explain_migrations>: see L<CRSBridge::Planning>.
 
 F</etc/crs-bridge/crs-bridge.conf> (or the file named by C<CRS_BRIDGE_CONFIG>) and
 C<CRS_BRIDGE_*> environment variables, which win: the server command, the imbalance formula,
-timeouts, the log target, the JSON module. See L<CRSBridge::Config>.
+timeouts, the log target, the JSON module, the flight recorder (L<CRSBridge::Recorder>). See
+L<CRSBridge::Config>.
 
 =cut
 
