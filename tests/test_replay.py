@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from crs_bridge.bridge.replay import _difference
-from tests.bridge_client import BridgeClient, crs_bridge
+from crs_bridge.client import BridgeClient, cli_command
+from tests import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 GIB = 2**30
 NODES = [["add_node", f"n{i}", 8, 32 * GIB] for i in (1, 2, 3)]
 SERVICES = [
@@ -73,7 +73,7 @@ def write(tmp_path: Path, recording: dict) -> str:
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*crs_bridge(), *args], capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
+    return subprocess.run([*cli_command(), *args], capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
 
 
 def test_replay_finds_every_answer_identical(recording, tmp_path):
