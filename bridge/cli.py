@@ -31,6 +31,7 @@ from typing import Any
 
 import orjson
 
+from . import doctor
 from .limits import HELP, ServerLimits, env_var, flag, limits_from_env
 
 _LOG_FORMAT = "crs-bridge[%(process)d] %(levelname)s: %(message)s"
@@ -67,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     _common_options(call)
     call.set_defaults(run=_call)
     _add_plan_commands(commands)
+    doctor.add_parser(commands)
     return parser
 
 

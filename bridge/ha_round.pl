@@ -7,16 +7,18 @@
 #
 # The clusters are upstream's published test cases (the perl-rs binding test's
 # `test_overcommitted`, the scheduling crate's homogeneous dynamic cluster), so the answers can
-# be compared with upstream's. The report is one JSON object written to file descriptor 3
-# (stdout may be /dev/null, as under the daemon):
-#   {static: {module, drop_in, start_order}, dynamic: {module, drop_in, imbalance, moves},
-#    server: {pid, command}, error: TEXT (only when the round died)}
+# be compared with upstream's. The report is one JSON object written to file descriptor 3, or
+# N with --report-fd N (stdout may be /dev/null, as under the daemon):
+#   {modules: {static: {module, drop_in}, dynamic: {...}}, static: {start_order},
+#    dynamic: {imbalance, moves: [{target, imbalance}]}, server: {pid, command, stderr},
+#    error: TEXT (only when the round died)}
 # --alarm N: before the round, interrupt N calls by an alarm whose handler dies, as
 # PVE::Tools::run_with_timeout does; the round that follows must still give the right answers.
 
 use strict;
 use warnings;
 
+use Getopt::Long ();
 use JSON::PP;
 use Time::HiRes ();
 
@@ -24,22 +26,24 @@ use Time::HiRes ();
 ($ENV{PATH}) = ($ENV{PATH} // '') =~ /^(.*)$/s;
 delete @ENV{qw(IFS CDPATH ENV BASH_ENV)};
 
-open(my $report_fh, '>&=', 3) or die "crs-bridge round: file descriptor 3 is not open: $!\n";
-
-my $alarms = 0;
-$alarms = $1 if @ARGV == 2 && $ARGV[0] eq '--alarm' && $ARGV[1] =~ /^(\d+)$/;
+my %opt = (alarm => 0, 'report-fd' => 3);
+Getopt::Long::GetOptions(\%opt, 'alarm=i', 'report-fd=i') && !@ARGV
+    or die "usage: ha_round.pl [--alarm N] [--report-fd N]\n";
+my ($alarms, $report_fd) = map { /^(\d+)$/ ? $1 : die "not a count: $_\n" } @opt{ 'alarm', 'report-fd' };
+open(my $report_fh, '>&=', $report_fd) or die "crs-bridge round: file descriptor $report_fd is not open: $!\n";
 
 my $GiB = 2**30;
 my %report;
 eval {
     require PVE::RS::ResourceScheduling::Static;
     require PVE::RS::ResourceScheduling::Dynamic;
+    $report{modules} = { map { lc($_) => module_of("PVE::RS::ResourceScheduling::$_") } qw(Static Dynamic) };
     interrupted_calls($alarms) if $alarms;
     $report{static} = static_round();
     $report{dynamic} = dynamic_round();
-    $report{server} = server();
     1;
 } or $report{error} = "$@";
+$report{server} = server() if $report{modules};
 print $report_fh JSON::PP->new->canonical->encode(\%report), "\n";
 close($report_fh);
 exit($report{error} ? 1 : 0);
@@ -63,7 +67,7 @@ sub static_round {
     }
     my $scores = $usage->score_nodes_to_start_service({ maxcpu => 1.0, maxmem => 536870912 });
     my @order = map { $_->[0] } sort { $b->[1] <=> $a->[1] || $a->[0] cmp $b->[0] } @$scores;
-    return { %{ module_of('PVE::RS::ResourceScheduling::Static') }, start_order => \@order };
+    return { start_order => \@order };
 }
 
 # The crate's homogeneous cluster: imbalance raw 0.4893954724628247 (normalized
@@ -80,7 +84,6 @@ sub dynamic_round {
     my $candidates = [ { leader => 'vm:101', resources => ['vm:101'], nodes => [ 'node2', 'node3' ] } ];
     my $moves = $usage->score_best_balancing_migration_candidates($candidates, 2);
     return {
-        %{ module_of('PVE::RS::ResourceScheduling::Dynamic') },
         imbalance => $usage->calculate_node_imbalance(),
         moves => [ map { { target => $_->{migration}{'target-node'}, imbalance => $_->{imbalance} } } @$moves ],
     };
@@ -106,6 +109,10 @@ sub interrupted_calls {
 # The server the drop-in talks to (none for the Rust binding).
 sub server {
     return undef if !PVE::RS::ResourceScheduling::Static->isa('CRSBridge::Scheduler');
-    my $pid = CRSBridge::Connection->instance->server_pid;
-    return { pid => $pid, command => eval { CRSBridge::Process::command() } };
+    my $pid = eval { CRSBridge::Connection->instance->server_pid };
+    return {
+        pid => $pid,
+        command => scalar(eval { CRSBridge::Process::command() }),
+        stderr => defined $pid ? readlink("/proc/$pid/fd/2") : undef,
+    };
 }
