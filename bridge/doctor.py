@@ -72,10 +72,17 @@ def add_parser(commands: Any) -> None:
     """Register ``doctor`` on the CLI's subcommands (``run`` is the handler)."""
     doctor = commands.add_parser("doctor", help="check what pve-ha-crm would get from the scheduler modules")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
-    doctor.add_argument("--perl-inc", metavar="DIR", action="append", default=[],
-                        help="put DIR first in perl's @INC (to check a source tree; the daemon has no such option)")
+    doctor.add_argument(
+        "--perl-inc",
+        metavar="DIR",
+        action="append",
+        default=[],
+        help="put DIR first in perl's @INC (to check a source tree; the daemon has no such option)",
+    )
     doctor.add_argument("--config", metavar="FILE", help=f"check with this config file instead of {CONFIG_FILE}")
-    doctor.add_argument("--path", default=DAEMON_PATH, help=f"the PATH the round gets (default the daemon's: {DAEMON_PATH})")
+    doctor.add_argument(
+        "--path", default=DAEMON_PATH, help=f"the PATH the round gets (default the daemon's: {DAEMON_PATH})"
+    )
     doctor.set_defaults(run=run, log_level="warning")  # main() configures logging for every command
 
 
@@ -121,8 +128,13 @@ def run_round(perl_inc: Sequence[str], env: dict[str, str], alarms: int = 0) -> 
     command += ["--report-fd", str(write_end), "--alarm", str(alarms)]
     try:
         child = subprocess.Popen(
-            command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            pass_fds=(write_end,), cwd="/",
+            command,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(write_end,),
+            cwd="/",
         )
     except OSError as exc:
         os.close(read_end)
@@ -281,7 +293,9 @@ def limits_check(report: dict[str, Any], env: dict[str, str]) -> Check:
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError, KeyError) as exc:
         return Check("limits", FAIL, f"'{' '.join(command)}' gave no bridge.info: {exc!r}")
     limits = ", ".join(f"{name.replace('_', '-')} {value}" for name, value in info["limits"].items())
-    return Check("limits", OK, f"crs-bridge {info['version']}: {limits}", {"version": info["version"], **info["limits"]})
+    return Check(
+        "limits", OK, f"crs-bridge {info['version']}: {limits}", {"version": info["version"], **info["limits"]}
+    )
 
 
 def config_settings(path: str) -> tuple[dict[str, str], Check]:
@@ -330,7 +344,10 @@ def error_of(report: dict[str, Any]) -> str:
 
 def report_text(checks: Sequence[Check], healthy: bool, path: str) -> str:
     """The report for a reader: one line per check, then the verdict."""
-    lines = [f"crs-bridge doctor: what pve-ha-crm would get (perl -T, clean environment, PATH={path}, stdio on /dev/null)", ""]
+    lines = [
+        f"crs-bridge doctor: what pve-ha-crm would get (perl -T, clean environment, PATH={path}, stdio on /dev/null)",
+        "",
+    ]
     lines += [f"  {check.status:<5} {check.name:<12} {check.message}" for check in checks]
     verdict = "all is well" if healthy else "NOT WELL: see the lines marked fail"
     lines += ["", f"{verdict} (exit {0 if healthy else 1})"]

@@ -40,7 +40,7 @@ ROOT_ENV = {
     "DEBIAN_FRONTEND": "noninteractive",
 }
 #: The Python tree of the root's interpreter, in a root shell.
-PYTHON_TREE = '/usr/lib/crs-bridge/python$(python3 -c "import sys; print(\'%d.%d\' % sys.version_info[:2])")'
+PYTHON_TREE = "/usr/lib/crs-bridge/python$(python3 -c \"import sys; print('%d.%d' % sys.version_info[:2])\")"
 #: The HA-style round, as the daemon runs it: perl -T, clean environment, stdio on /dev/null;
 #: its report comes on fd 3, which this shell sends to its stdout.
 ROUND = f"env -i PATH={DAEMON_PATH} perl -T {PYTHON_TREE}/crs_bridge/bridge/ha_round.pl 3>&1 >/dev/null 2>&1 </dev/null"
@@ -89,7 +89,9 @@ def build_stand_in(folder: Path, name: str, version: str, files: dict[str, str])
     """A binary package ``name`` owning ``files`` (path -> text), built with dpkg-deb."""
     tree = folder / f"{name}-tree"
     (tree / "DEBIAN").mkdir(parents=True)
-    control = f"Package: {name}\nVersion: {version}\nArchitecture: all\nMaintainer: crs-bridge tests <tests@example.org>\n"
+    control = (
+        f"Package: {name}\nVersion: {version}\nArchitecture: all\nMaintainer: crs-bridge tests <tests@example.org>\n"
+    )
     (tree / "DEBIAN/control").write_text(control + f"Description: stand-in for {name} (crs-bridge package test)\n")
     for path, text in files.items():
         target = tree / path.lstrip("/")
@@ -135,7 +137,9 @@ def debian_root(tmp_path_factory):
             lower = work / "debootstrap"
             subprocess.run(
                 ["debootstrap", "--variant=minbase", "--include=python3,perl", SUITE, str(lower)],
-                check=True, capture_output=True, timeout=900,
+                check=True,
+                capture_output=True,
+                timeout=900,
             )
         root = Root(lower, work / "root")
         build = subprocess.run(
@@ -195,7 +199,10 @@ def test_round_in_the_daemons_conditions_gives_upstreams_answers(debian_root):
     # The crate's homogeneous cluster, raw formula (crate 2.0.0, libpve-rs-perl 0.13.0).
     assert report["dynamic"]["imbalance"] == pytest.approx(0.4893954724628247, abs=1e-12)
     moves = [(move["target"], move["imbalance"]) for move in report["dynamic"]["moves"]]
-    assert moves == [("node3", pytest.approx(0.597287465866405, abs=1e-15)), ("node2", pytest.approx(0.723982869039761, abs=1e-15))]
+    assert moves == [
+        ("node3", pytest.approx(0.597287465866405, abs=1e-15)),
+        ("node2", pytest.approx(0.723982869039761, abs=1e-15)),
+    ]
     assert Path(report["server"]["command"][0]).name == "crs-bridge"
 
 
@@ -210,7 +217,9 @@ def test_doctor_in_the_daemons_conditions_is_well(debian_root):
     assert checks["config"]["details"] == {"file": "/etc/crs-bridge/crs-bridge.conf", "settings": {}}
 
 
-@pytest.mark.xfail(reason="the client's alarm fix (issue 14, item 5) is on another branch: remove this mark once merged")
+@pytest.mark.xfail(
+    reason="the client's alarm fix (issue 14, item 5) is on another branch: remove this mark once merged"
+)
 def test_round_after_calls_cut_short_by_alarms_gives_the_same_answers(debian_root):
     after_alarms, plain = round_report(debian_root, " --alarm 6"), round_report(debian_root)
     after_alarms.pop("server"), plain.pop("server")  # another server, another pid
