@@ -99,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def conditions(path: str) -> dict[str, Any]:
+    """The daemon's conditions the round ran in, for the JSON report."""
     return {"perl": "perl -T", "environment": {"PATH": path}, "stdio": "/dev/null"}
 
 
@@ -117,15 +118,15 @@ def diagnose(perl_inc: Sequence[str], config: str | None, path: str) -> list[Che
 # -- the round ---------------------------------------------------------------------------------
 
 
-def run_round(perl_inc: Sequence[str], env: dict[str, str], alarms: int = 0) -> dict[str, Any]:
+def run_round(perl_inc: Sequence[str], env: dict[str, str]) -> dict[str, Any]:
     """Run ha_round.pl as the daemon would (see the module's docstring); its report, or
-    ``{"error": ...}`` when it gave none. ``alarms``: interrupt that many calls first."""
+    ``{"error": ...}`` when it gave none."""
     import subprocess
 
     read_end, write_end = os.pipe()
     command = ["/usr/bin/perl", "-T"] + [f"-I{os.path.abspath(d)}" for d in perl_inc] + [str(ROUND_SCRIPT)]
     # The report comes on a pipe of its own: stdout stays /dev/null, as under the daemon.
-    command += ["--report-fd", str(write_end), "--alarm", str(alarms)]
+    command += ["--report-fd", str(write_end)]
     try:
         child = subprocess.Popen(
             command,
@@ -241,7 +242,7 @@ def formula_check(formula: str | None, version_of: Callable[[str], str | None]) 
             verdicts.append(f"{package} is not installed")
             unsure = True
         elif release is None or release > (major, minor):
-            verdicts.append(f"{package} {version} is newer than crs-bridge knows ({major}.{minor}): check its formula")
+            verdicts.append(f"{package} {version} is newer than {major}.{minor}, which crs-bridge knows: check it")
             unsure = True
         elif release < (major, minor):
             verdicts.append(f"{package} {version} does not rebalance (the formula is unused)")

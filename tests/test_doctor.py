@@ -97,7 +97,7 @@ def test_the_shipped_config_file_documents_every_key_and_sets_none():
         ({"libpve-rs-perl": "0.13.0", "pve-ha-manager": "5.2.0"}, "raw", "ok", "libpve-rs-perl 0.13.0 uses raw too"),
         ({"libpve-rs-perl": "0.13.0", "pve-ha-manager": "5.2.0"}, "normalized", "fail", "set 'imbalance: raw'"),
         ({"libpve-rs-perl": "0.13.2", "pve-ha-manager": "1:5.2.1-1"}, "normalized", "fail", "uses raw"),
-        ({"libpve-rs-perl": "0.14.0", "pve-ha-manager": "5.2.0"}, "raw", "warn", "newer than crs-bridge knows"),
+        ({"libpve-rs-perl": "0.14.0", "pve-ha-manager": "5.2.0"}, "raw", "warn", "newer than 0.13"),
         ({"libpve-rs-perl": "0.12.5", "pve-ha-manager": "5.1.0"}, "normalized", "ok", "does not rebalance"),
         ({"libpve-rs-perl": None, "pve-ha-manager": None}, "raw", "warn", "libpve-rs-perl is not installed"),
         ({"libpve-rs-perl": "0.13.0", "pve-ha-manager": "5.2.0"}, None, "fail", "unknown"),
