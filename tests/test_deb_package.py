@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -66,6 +67,8 @@ class Root:
         for folder in self.dirs.values():
             folder.mkdir(parents=True)
         self.share = self.dirs["share"]
+        self.deb: Path | None = None  # the crs-bridge package, in share
+        self.binding: dict[str, str] = {}  # the stand-in binding's files: path -> sha256
 
     def run(self, script: str, check: bool = True) -> subprocess.CompletedProcess:
         d = self.dirs
@@ -83,6 +86,9 @@ class Root:
             if candidate.exists() or candidate.is_symlink():
                 return candidate.read_bytes()
         raise FileNotFoundError(path)
+
+    def sha256(self, path: str) -> str:
+        return hashlib.sha256(self.read(path)).hexdigest()
 
 
 def build_stand_in(folder: Path, name: str, version: str, files: dict[str, str]) -> Path:
@@ -143,8 +149,9 @@ def debian_root(tmp_path_factory):
             )
         root = Root(lower, work / "root")
         build = subprocess.run(
-            [str(REPO / "debian/build-deb"), str(root.share)], cwd=REPO, check=True, capture_output=True, text=True
-        )
+            [str(REPO / "debian/build-deb"), str(root.share)],
+            cwd=REPO, env=dict(os.environ, PYTHON=sys.executable), check=True, capture_output=True, text=True,
+        )  # fmt: skip
         root.deb = Path(build.stdout.strip().splitlines()[-1])
         binding = {path: stand_in_binding(Path(path).stem) for path in BINDING_FILES}
         build_stand_in(root.share, "libpve-rs-perl", "0.13.0", binding)
@@ -155,14 +162,10 @@ def debian_root(tmp_path_factory):
             f" && printf '%s' '{FAKE_INVOKE}' > /usr/sbin/deb-systemd-invoke"
             " && chmod 755 /usr/sbin/systemctl /usr/sbin/deb-systemd-invoke && touch /run/pve-ha-crm.active"
         )
-        root.binding = {path: hashlib.sha256(root.read(path)).hexdigest() for path in BINDING_FILES}
+        root.binding = {path: root.sha256(path) for path in BINDING_FILES}
         yield root
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-
-def sha256_in_root(root: Root, path: str) -> str:
-    return hashlib.sha256(root.read(path)).hexdigest()
 
 
 def test_package_is_lintian_clean(debian_root):
@@ -178,7 +181,7 @@ def test_install_diverts_the_binding_and_restarts_a_running_crm(debian_root):
     diversions = root.run("dpkg-divert --list crs-bridge").stdout
     for path in BINDING_FILES:
         assert f"diversion of {path} to {path}.distrib by crs-bridge" in diversions
-        assert sha256_in_root(root, path + ".distrib") == root.binding[path], "the binding's file moved unchanged"
+        assert root.sha256(path + ".distrib") == root.binding[path], "the binding's file moved unchanged"
         assert b"CRSBridge::Scheduler" in root.read(path), "the drop-in is in its place"
     assert root.run("cat /run/restarts").stdout.split("\n")[:-1] == ["try-restart pve-ha-crm.service"]
     assert root.run("dpkg-query -W -f '${Conffiles}' crs-bridge").stdout.split()[0] == "/etc/crs-bridge/crs-bridge.conf"
@@ -230,7 +233,7 @@ def test_removal_puts_the_binding_back_byte_for_byte(debian_root):
     root = debian_root
     root.run("rm /run/restarts && apt-get remove -y crs-bridge >/dev/null")
     for path in BINDING_FILES:
-        assert sha256_in_root(root, path) == root.binding[path]
+        assert root.sha256(path) == root.binding[path]
     assert root.run("dpkg-divert --list crs-bridge").stdout == ""
     assert root.run("ls /usr/share/perl5/PVE/RS/ResourceScheduling").stdout.split() == ["Dynamic.pm", "Static.pm"]
     assert root.run("test ! -e /usr/lib/crs-bridge && test ! -e /usr/bin/crs-bridge", check=False).returncode == 0
@@ -250,4 +253,4 @@ def test_no_restart_when_the_crm_does_not_run(debian_root):
     root.run("apt-get purge -y crs-bridge >/dev/null")
     assert root.run("test -e /run/restarts", check=False).returncode != 0
     for path in BINDING_FILES:
-        assert sha256_in_root(root, path) == root.binding[path]
+        assert root.sha256(path) == root.binding[path]
