@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(abspath $(VENV))/bin
 
-.PHONY: setup bytecode demo test pytest prove wheel-test bench lint
+.PHONY: setup bytecode demo test pytest prove wheel-test bench lint deb deb-test
 
 setup: $(VENV)/.installed
 
@@ -46,6 +46,16 @@ bench: setup bytecode
 	$(PY) benchmarks/bench_core.py
 	$(PY) benchmarks/bench_e2e.py
 	PATH=$(BIN):$$PATH perl benchmarks/perl_round.pl
+
+# The Debian package crs-bridge_<version>_amd64.deb, in this folder (debian/build-deb; needs
+# dpkg-dev and PyPI, whose wheels it keeps in build/deb). README: "Deploy on Proxmox VE".
+deb: setup
+	PYTHON=$(PY) debian/build-deb
+
+# The package test alone; `make test` runs it too where it can (root, debootstrap, dpkg-dev).
+# CRS_BRIDGE_DEB_SUITE=trixie: on Debian 13 (perl 5.40, Python 3.13).
+deb-test: setup
+	$(PY) -m pytest -q tests/test_deb_package.py
 
 lint: setup
 	$(BIN)/ruff check crs_bridge tests benchmarks

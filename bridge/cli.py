@@ -47,7 +47,7 @@ from typing import Any
 
 import orjson
 
-from . import __version__
+from . import __version__, doctor
 from .limits import HELP, ServerLimits, env_var, flag, limits_from_env
 
 _LOG_PREFIX = "crs-bridge[%(process)d] "  # syslog's ident says this itself
@@ -112,6 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     from .replay import add_replay_command
 
     add_replay_command(commands)
+    doctor.add_parser(commands)
     return parser
 
 
