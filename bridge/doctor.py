@@ -107,11 +107,10 @@ def diagnose(perl_inc: Sequence[str], config: str | None, path: str) -> list[Che
     """The checks, in the report's order."""
     env = {"PATH": path} | ({"CRS_BRIDGE_CONFIG": config} if config else {})
     round_report = run_round(perl_inc, env)
-    settings, config_check = config_settings(config or CONFIG_FILE)
     checks = [modules_check(round_report), server_check(round_report)]
     answers, formula = answers_check(round_report)
     checks += [answers, formula_check(formula, installed_version), limits_check(round_report, env)]
-    checks += [config_check, logs_check(round_report, settings), environment_check(os.environ)]
+    checks += [config_check(round_report), logs_check(round_report), environment_check(os.environ)]
     return checks
 
 
@@ -299,34 +298,41 @@ def limits_check(report: dict[str, Any], env: dict[str, str]) -> Check:
     )
 
 
-def config_settings(path: str) -> tuple[dict[str, str], Check]:
-    """The settings ``path`` gives (``key: value`` lines), and a check saying what it sets."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return {}, Check("config", WARN, f"{path} does not exist: every setting is its default", {"file": path})
-    except OSError as exc:
-        return {}, Check("config", FAIL, f"cannot read {path}: {exc}", {"file": path})
-    settings = {}
-    for line in text.splitlines():
-        key, colon, value = line.split("#", 1)[0].partition(":")
-        if colon:
-            settings[key.strip()] = value.strip()
-    shown = ", ".join(f"{key}: {value}" for key, value in settings.items()) or "every setting is its default"
-    return settings, Check("config", OK, f"{path}: {shown}", {"file": path, "settings": settings})
+def config_check(report: dict[str, Any]) -> Check:
+    """The drop-in's settings as its own ``CRSBridge::Config`` read them in the round: the file,
+    and each setting not at its default with where it comes from."""
+    if report.get("config_error"):
+        return Check("config", FAIL, f"the drop-in cannot read its settings: {report['config_error'].strip()}")
+    config = report.get("config")
+    if config is None:
+        return Check("config", WARN, "no crs-bridge drop-in loaded: its settings do not apply")
+    path, set_here = config["file"], config["settings"]
+    settings = {key: setting["value"] for key, setting in set_here.items()}
+    details = {"file": path, "settings": settings}
+    if not set_here and not os.path.exists(path):
+        return Check("config", WARN, f"{path} does not exist: every setting is its default", details)
+    shown = ", ".join(f"{key}: {s['value']} ({s['source']})" for key, s in set_here.items())
+    return Check("config", OK, f"{path}: {shown or 'every setting is its default'}", details)
 
 
-def logs_check(report: dict[str, Any], settings: dict[str, str]) -> Check:
-    """Where the server's log goes: the config's ``log`` and the stderr the server got."""
-    target = settings.get("log", "syslog")
+def logs_check(report: dict[str, Any]) -> Check:
+    """Where the server's log goes: the drop-in's ``log`` setting and the stderr the server got
+    (``stderr`` on /dev/null, as under the daemon, means syslog)."""
+    target = (report.get("config") or {}).get("log")
     stderr = (report.get("server") or {}).get("stderr")
-    details = {"log": target, "server_stderr": stderr}
-    where = {"syslog": "syslog / the journal", "stderr": "the daemon's stderr"}.get(target, f"the file {target}")
-    message = f"log: {target} ({where}{', the default' if 'log' not in settings else ''}); server stderr: {stderr}"
-    if target not in ("syslog", "stderr") and not os.access(os.path.dirname(target) or ".", os.W_OK):
+    if target is None:
+        return Check("logs", WARN, "unknown: the drop-in's settings are unknown", {"server_stderr": stderr})
+    if target == "stderr":
+        destination = "syslog" if stderr in (None, "/dev/null") else "stderr"
+    else:
+        destination = target
+    details = {"log": target, "destination": destination, "server_stderr": stderr}
+    where = {"syslog": "syslog / the journal", "stderr": f"the caller's stderr ({stderr})"}.get(
+        destination, f"the file {destination}"
+    )
+    message = f"log: {target}, so the server logs to {where}"
+    if destination not in ("syslog", "stderr") and not os.access(os.path.dirname(destination) or ".", os.W_OK):
         return Check("logs", FAIL, f"{message}: its folder is not writable", details)
-    if target == "stderr" and stderr == "/dev/null":
-        return Check("logs", WARN, f"{message}: the daemon's stderr is /dev/null, the log is lost", details)
     return Check("logs", OK, message, details)
 
 

@@ -24,6 +24,8 @@ use Time::HiRes ();
 
 # As PVE::Daemon does: a PATH of its own (here the one given, as the daemon's is a literal, untainted).
 ($ENV{PATH}) = ($ENV{PATH} // '') =~ /^(.*)$/s;
+# crs-bridge doctor --config passes its file here; the drop-in trusts no variable under -T.
+($ENV{CRS_BRIDGE_CONFIG}) = $ENV{CRS_BRIDGE_CONFIG} =~ /^(.*)$/s if defined $ENV{CRS_BRIDGE_CONFIG};
 delete @ENV{qw(IFS CDPATH ENV BASH_ENV)};
 
 my %opt = (alarm => 0, 'report-fd' => 3);
@@ -44,6 +46,10 @@ eval {
     1;
 } or $report{error} = "$@";
 $report{server} = server() if $report{modules};
+if ($report{modules}) {
+    $report{config} = eval { config() };
+    $report{config_error} = "$@" if $@;
+}
 print $report_fh JSON::PP->new->canonical->encode(\%report), "\n";
 close($report_fh);
 exit($report{error} ? 1 : 0);
@@ -104,6 +110,19 @@ sub interrupted_calls {
         };
         Time::HiRes::ualarm(0);
     }
+}
+
+# The drop-in's settings as CRSBridge::Config reads them (none for the Rust binding): the file,
+# and each setting not at its default with its value and where it comes from.
+sub config {
+    return undef if !PVE::RS::ResourceScheduling::Static->isa('CRSBridge::Scheduler');
+    my %set;
+    for my $key (CRSBridge::Config::names()) {
+        next if CRSBridge::Config::source($key) eq 'default';
+        my $value = CRSBridge::Config::get($key);
+        $set{$key} = { value => ref $value ? join(' ', @$value) : "$value", source => CRSBridge::Config::source($key) };
+    }
+    return { file => CRSBridge::Config::file(), settings => \%set, log => CRSBridge::Config::get('log') };
 }
 
 # The server the drop-in talks to (none for the Rust binding).

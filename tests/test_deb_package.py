@@ -220,9 +220,6 @@ def test_doctor_in_the_daemons_conditions_is_well(debian_root):
     assert checks["config"]["details"] == {"file": "/etc/crs-bridge/crs-bridge.conf", "settings": {}}
 
 
-@pytest.mark.xfail(
-    reason="the client's alarm fix (issue 14, item 5) is on another branch: remove this mark once merged"
-)
 def test_round_after_calls_cut_short_by_alarms_gives_the_same_answers(debian_root):
     after_alarms, plain = round_report(debian_root, " --alarm 6"), round_report(debian_root)
     after_alarms.pop("server"), plain.pop("server")  # another server, another pid

@@ -202,6 +202,16 @@ sub env_var {
     return "CRS_BRIDGE_$name";
 }
 
+=item names()
+
+The keys, sorted by name.
+
+=cut
+
+sub names {
+    return sort keys %KEYS;
+}
+
 =item source($key)
 
 Where the value of C<$key> comes from, for messages: the variable's name, C<FILE line N>, or
