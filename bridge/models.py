@@ -274,10 +274,11 @@ class Candidate(Record):
 
 def _candidate_form(value: Any) -> str:
     # Decide the list's form by its first element only: validating 100k entries against both
-    # forms would double the cost, and a mixed list is an error either way.
-    if isinstance(value, list) and value and isinstance(value[0], dict):
+    # forms would double the cost, and a mixed list is an error either way. (Validated lists, of
+    # models, are told apart too: to serialize them.)
+    if isinstance(value, list) and value:
         first = value[0]
-        if "leader" not in first and "sid" in first:
+        if isinstance(first, Candidate) or (isinstance(first, dict) and "leader" not in first and "sid" in first):
             return "expanded"
     return "compact"
 
@@ -527,8 +528,8 @@ def _mutation_union(mode: str) -> Any:
     methods = MUTATIONS[mode]
     expected = ", ".join(methods)
 
-    def tag(entry: Any) -> str | None:
-        if type(entry) is list and entry and type(entry[0]) is str:
+    def tag(entry: Any) -> str | None:  # a list as decoded, a tuple as validated (to serialize it)
+        if type(entry) in (list, tuple) and entry and type(entry[0]) is str:
             return f"{mode} {entry[0]}"
         return None
 

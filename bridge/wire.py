@@ -1,0 +1,489 @@
+"""The wire records: typed structs generated from :mod:`bridge.models`, the strict decoder of whole
+messages made of them, and the engine values of the records.
+
+The pydantic models are the one declaration of every wire shape. From each model this module
+generates a msgspec struct with the model's field names, wire names (aliases), types, bounds and
+defaults; msgspec decodes a whole request straight into them (envelope, params, records) and checks
+every value as it parses. That decoder is strict: it refuses what the models accept only by
+changing the value (an integral float as a byte count, ``running`` by Perl truthiness, a negative
+zero, an unknown key they ignore) and what it cannot measure (nesting beyond the depth limit).
+A refused request goes to the models, in one place (:meth:`ParamsDecoder.from_models`): they accept
+the lax cases and word every error, and what they accept is decoded into the same structs. So a
+handler gets one type per param, whichever way the request came in.
+
+The generator knows the models' few validators (:data:`_VALIDATORS`) and fails at import on any
+other, so a rule added to the models cannot be skipped here unnoticed. ``tests/test_wire.py`` checks
+the one property that matters: over requests drawn from the schema, the strict decoder accepts
+only what the models accept, with the same values.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import types
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from operator import attrgetter
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+import annotated_types as at
+import msgspec
+import numpy as np
+from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
+
+from ..core import (
+    CandidateColumns,
+    CompactColumns,
+    InvalidInputError,
+    NodeStats,
+    Resource,
+    ResourceStats,
+    Scheduler,
+    new_scheduler,
+)
+from . import models as m
+from .errors import ParamsError
+from .limits import how_to_raise
+
+# -- generating the structs -------------------------------------------------------------------
+
+#: The models' validators, and why the strict decoder may leave each out: a ``lax`` one widens what
+#: the models accept (the strict types refuse the widened inputs, which then go to the models); a
+#: ``zero`` one turns -0.0 into 0.0 (a message that may hold a negative zero goes to the models, see
+#: :func:`_may_hold_negative_zero`); an ``errors`` one only shapes the errors of the models.
+_VALIDATORS = {
+    m._integral_float_to_int: "lax",
+    m._perl_truth: "lax",
+    m._no_negative_zero: "zero",
+    m._in_parts: "errors",
+}
+_BOUNDS = {at.Ge: "ge", at.Gt: "gt", at.Le: "le", at.Lt: "lt", at.MinLen: "min_length", at.MaxLen: "max_length"}
+#: Metadata that only describes a type (its JSON schema, its union tag) or that the strict types
+#: already are (strict, finite numbers: JSON has no NaN and msgspec refuses overflowing numbers).
+_DESCRIPTIVE = ("WithJsonSchema", "Tag", "Strict", "AllowInfNan", "_PublishAsAnyOf")
+
+
+class Untaggable(TypeError):
+    """A union msgspec cannot tell apart by a tag: a params field of it is decoded by trying each
+    of its ``members`` in order (:func:`params_structs`)."""
+
+    def __init__(self, members: Sequence[Any]) -> None:
+        super().__init__(f"union of {members} needs trying in order")
+        self.members = members
+
+
+def _noted(items: Iterable[Any], note: dict[str, Any]) -> None:
+    """Collect bounds (as msgspec.Meta keywords) and a union's discriminator from metadata."""
+    for item in items:
+        kind = type(item)
+        if kind in _BOUNDS:
+            note[_BOUNDS[kind]] = getattr(item, _BOUNDS[kind])
+        elif isinstance(item, FieldInfo):
+            _noted(item.metadata, note)
+            if item.discriminator is not None:
+                note["discriminator"] = item.discriminator
+        elif kind.__name__ == "StringConstraints":
+            _noted(item, note)  # a group of bounds (min_length)
+        elif hasattr(item, "func"):  # a Before-, After- or WrapValidator
+            if item.func not in _VALIDATORS:
+                raise TypeError(f"the strict decoder does not know validator {item.func.__qualname__}")
+        elif kind.__name__ == "Discriminator":
+            note["discriminator"] = item.discriminator
+        elif kind.__name__ == "_PydanticGeneralMetadata":
+            if getattr(item, "union_mode", "left_to_right") != "left_to_right":
+                raise TypeError(f"the strict decoder does not know {item}")
+        elif kind.__name__ not in _DESCRIPTIVE:
+            raise TypeError(f"the strict decoder does not know {item!r}")
+
+
+def wire_type(annotation: Any, metadata: Iterable[Any] = ()) -> Any:
+    """The msgspec type of a model annotation (with its field's ``metadata``); raises
+    :class:`Untaggable` for a union that msgspec cannot tell apart by a tag."""
+    note: dict[str, Any] = {}
+    _noted(metadata, note)
+    while get_origin(annotation) is Annotated:
+        annotation, *extra = get_args(annotation)
+        _noted(extra, note)
+    discriminator = note.pop("discriminator", None)
+    origin = get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        return _union(get_args(annotation), discriminator)
+    if origin is list:
+        return _bounded(list[wire_type(get_args(annotation)[0])], note)
+    if origin is Literal or annotation in (str, int, float, bool, type(None)):
+        return _bounded(annotation, note)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return struct_of(annotation)
+    raise TypeError(f"the strict decoder has no type for {annotation!r}")
+
+
+def _bounded(kind: Any, bounds: dict[str, Any]) -> Any:
+    return Annotated[kind, msgspec.Meta(**bounds)] if bounds else kind
+
+
+def _union(members: tuple, discriminator: Any) -> Any:
+    if type(None) in members:
+        rest = [member for member in members if member is not type(None)]
+        return Union[(*(wire_type(member) for member in rest), None)]  # noqa: UP007 (built from a tuple)
+    if isinstance(discriminator, str):  # models tagged by a Literal field (usage's "mode")
+        return Union[tuple(_tagged_struct(model, discriminator) for model in members)]  # noqa: UP007
+    entries = [_unwrapped(member) for member in members]
+    if all(get_origin(entry) is tuple and get_origin(get_args(entry)[0]) is Literal for entry in entries):
+        return Union[tuple(map(_entry_struct, members))]  # noqa: UP007 ([method, args...] lists)
+    raise Untaggable(members)
+
+
+def _unwrapped(annotation: Any) -> Any:
+    while get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    return annotation
+
+
+def _tag_of(annotation: Any) -> str | None:
+    """The union tag (``Tag``) an annotation carries, if any."""
+    while get_origin(annotation) is Annotated:
+        annotation, *extra = get_args(annotation)
+        for item in extra:
+            if type(item).__name__ == "Tag":
+                return item.tag
+    return None
+
+
+def _entry_struct(member: Any) -> type[msgspec.Struct]:
+    """``[method, args...]`` as an array-like struct tagged by its first element; the args named as
+    :data:`bridge.models.MUTATION_ARGS` names them (those of the single call)."""
+    method, *args = get_args(_unwrapped(member))
+    (name,) = get_args(method)
+    names = m.MUTATION_ARGS.get(_tag_of(member), [f"arg{i}" for i in range(len(args))])
+    fields = [(arg_name, wire_type(arg)) for arg_name, arg in zip(names, args)]
+    return msgspec.defstruct(name, fields, array_like=True, tag=name, forbid_unknown_fields=True, gc=False)
+
+
+def _tagged_struct(model: type[BaseModel], tag_field: str) -> type[msgspec.Struct]:
+    (tag,) = get_args(model.model_fields[tag_field].annotation)
+    return struct_of(model, tag_field=tag_field, tag=tag)
+
+
+@functools.cache
+def struct_of(
+    model: type[BaseModel], *, tag_field: str | None = None, tag: str | None = None, choice: int = 0
+) -> type[msgspec.Struct]:
+    """The struct of ``model``: the same field names, wire names, types, bounds and defaults, unknown
+    keys refused. ``tag_field``/``tag``: the field that tells the model apart in a union (left out of
+    the struct). ``choice``: which member of an :class:`Untaggable` field's union to take."""
+    if any(d.info.mode != "after" for d in model.__pydantic_decorators__.model_validators.values()):
+        raise TypeError(f"the strict decoder runs only 'after' model validators ({model.__name__})")
+    fields, rename = [], {}
+    for name, info in model.model_fields.items():
+        if name == tag_field:
+            continue
+        try:
+            kind = wire_type(info.annotation, info.metadata)
+        except Untaggable as union:
+            if not issubclass(model, m.Params):  # tried in order only as a whole request's params
+                raise TypeError(f"the strict decoder cannot tell apart {model.__name__}.{name}") from None
+            kind = wire_type(union.members[min(choice, len(union.members) - 1)])
+        if info.is_required():
+            fields.append((name, kind))
+        else:
+            default = info.default
+            fields.append((name, kind, msgspec.field(default_factory=list) if default == [] else default))
+        if info.alias:
+            rename[name] = info.alias
+    options = {"tag_field": tag_field, "tag": tag} if tag is not None else {}
+    return msgspec.defstruct(
+        model.__name__, fields, rename=rename, kw_only=True, forbid_unknown_fields=True, gc=False, **options
+    )
+
+
+def _choices(model: type[BaseModel]) -> int:
+    """How many members the widest :class:`Untaggable` field of ``model`` has (1 if none)."""
+    widest = 1
+    for info in model.model_fields.values():
+        try:
+            wire_type(info.annotation, info.metadata)
+        except Untaggable as union:
+            widest = max(widest, len(union.members))
+    return widest
+
+
+def params_structs(model: type[m.Params], positional: bool) -> list[type[msgspec.Struct]]:
+    """The param structs of ``model`` to try in order (msgspec tells none of them apart by a tag):
+    one per member of its untaggable union (if any), each for named params and, if ``positional``,
+    then for an array of them in field order."""
+    kinds = []
+    for choice in range(_choices(model)):
+        named = struct_of(model, choice=choice)
+        kinds.append(named)
+        if positional:
+            fields = list(_struct_fields(named))
+            kinds.append(
+                msgspec.defstruct(
+                    f"{model.__name__}Array", fields, array_like=True, kw_only=True, forbid_unknown_fields=True
+                )
+            )
+    return kinds
+
+
+def _struct_fields(struct: type[msgspec.Struct]) -> Iterator[tuple]:
+    for info in msgspec.structs.fields(struct):
+        default = info.default if info.default_factory is msgspec.NODEFAULT else msgspec.field(default_factory=list)
+        yield info.name, info.type, default
+
+
+def depth(kind: Any) -> int:
+    """How deep a value of msgspec type ``kind`` nests arrays and objects."""
+    info = msgspec.inspect.type_info(kind)
+    return _depth(info)
+
+
+def _depth(info: Any) -> int:
+    if isinstance(info, msgspec.inspect.UnionType):
+        return max(map(_depth, info.types))
+    if isinstance(info, (msgspec.inspect.ListType, msgspec.inspect.TupleType, msgspec.inspect.VarTupleType)):
+        items = info.item_types if isinstance(info, msgspec.inspect.TupleType) else [info.item_type]
+        return 1 + max(map(_depth, items), default=0)
+    if isinstance(info, msgspec.inspect.StructType):
+        return 1 + max((_depth(f.type) for f in info.fields), default=0)
+    if isinstance(info, msgspec.inspect.Metadata):
+        return _depth(info.type)
+    return 0
+
+
+# -- decoding ---------------------------------------------------------------------------------
+
+#: What msgspec raises for JSON it refuses as the type asked for.
+REFUSED = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
+
+
+class ParamsDecoder:
+    """The params of one model: decoded strictly from JSON, or else validated by the models."""
+
+    def __init__(self, model: type[m.Params], positional: bool) -> None:
+        self.model = model
+        self.kinds = params_structs(model, positional)
+        self.structs = frozenset(self.kinds)
+        self._decoders = [msgspec.json.Decoder(kind) for kind in self.kinds]
+        self._checks = [d.func for d in model.__pydantic_decorators__.model_validators.values()]
+
+    def decode(self, params: bytes) -> Any:
+        """``params`` (JSON) as a struct, or None if the strict decoder refuses them."""
+        for decoder in self._decoders:
+            try:
+                return self.checked(decoder.decode(params))
+            except REFUSED:
+                continue
+        return None
+
+    def checked(self, params: Any) -> Any:
+        """``params`` (a struct) once the model's own validators passed it; None if one refuses."""
+        try:
+            for check in self._checks:
+                check(params)
+        except ValueError:  # pydantic's custom errors are ValueErrors
+            return None
+        return params
+
+    def from_models(self, params: dict) -> Any:
+        """``params`` (named, decoded JSON) validated by the models, as a struct: the values they
+        accept, as they give them (ParamsError with their words if they refuse)."""
+        try:
+            validated = self.model.model_validate(params)
+        except ValidationError as exc:
+            raise ParamsError.from_validation(exc) from None
+        struct = self.decode(validated.model_dump_json(by_alias=True).encode())
+        if struct is None:
+            raise AssertionError(f"the strict decoder refuses what {self.model.__name__} gave")
+        return struct
+
+
+def _may_hold_negative_zero(message: bytes) -> bool:
+    """Whether a number in ``message`` may be a negative zero (the models give 0.0 for it; a name
+    that looks like one only sends the message the slow way)."""
+    return b"-0" in message and _NEGATIVE_ZERO.search(message) is not None
+
+
+_NEGATIVE_ZERO = re.compile(rb"[\[:,]\s*-0(?![0-9])")
+
+
+class MessageDecoder:
+    """Whole messages (a request or a batch) decoded strictly into structs: a request is a struct
+    tagged by its method, its ``params`` a struct of its params model.
+
+    ``params_kinds``: method -> the kinds its params may take (:attr:`ParamsDecoder.kinds` of its
+    models), tried in order: the first decoder takes each method's first kind, the next its second
+    (or its last), and so on.
+    """
+
+    def __init__(self, params_kinds: dict[str, list[Any]]) -> None:
+        self.methods: dict[type, str] = {}
+        requests = []
+        for choice in range(max(map(len, params_kinds.values()))):
+            union = [self._request(name, kinds[min(choice, len(kinds) - 1)]) for name, kinds in params_kinds.items()]
+            requests.append(Union[tuple(union)])  # noqa: UP007 (built from a tuple)
+        self._decoders = [msgspec.json.Decoder(list[request] | request) for request in requests]
+        #: The deepest valid message (a batch of the deepest request).
+        self.depth = 1 + max(map(depth, requests))
+
+    def _request(self, name: str, params: Any) -> type[msgspec.Struct]:
+        fields = [
+            ("jsonrpc", Literal["2.0"]),
+            ("id", Union[str, int, float, None], msgspec.UNSET),  # noqa: UP007
+            ("params", params, msgspec.UNSET),
+        ]
+        request = msgspec.defstruct("Request", fields, tag_field="method", tag=name, forbid_unknown_fields=True)
+        self.methods[request] = name
+        return request
+
+    def decode(self, message: bytes, max_depth: int) -> Any:
+        """The request or batch in ``message`` as structs; None if the strict decoder refuses it,
+        or cannot tell it within ``max_depth`` (the models then decide)."""
+        if max_depth < self.depth or _may_hold_negative_zero(message):
+            return None
+        for decoder in self._decoders:
+            try:
+                return decoder.decode(message)
+            except REFUSED:
+                continue
+        return None
+
+
+# -- engine values --------------------------------------------------------------------------------
+
+StaticStats, DynamicStats, NodeStatsRecord = map(struct_of, (m.StaticStats, m.DynamicStats, m.DynamicNodeStats))
+Candidate, Bundle = struct_of(m.Candidate), struct_of(m.CompactCandidate)
+#: The struct of each usage snapshot (tagged by its ``mode``).
+USAGES = {tag: _tagged_struct(model, "mode") for tag, model in (("static", m.StaticUsage), ("dynamic", m.DynamicUsage))}
+
+
+def resource_stats(stats: Any) -> ResourceStats:
+    """Stats of a resource: static (``maxcpu``/``maxmem``, also the running usage) or dynamic."""
+    if type(stats) is StaticStats:
+        return ResourceStats(stats.maxcpu, stats.maxcpu, stats.maxmem, stats.maxmem)
+    return ResourceStats(stats.cpu, stats.maxcpu, stats.mem, stats.maxmem)
+
+
+def start_stats(stats: Any, mode: str) -> ResourceStats:
+    """Stats of a resource to start on a ``mode`` cluster: static takes ``maxcpu``/``maxmem`` of
+    either shape; dynamic needs DynamicStats (InvalidInputError otherwise)."""
+    if mode == "static":
+        return ResourceStats(stats.maxcpu, stats.maxcpu, stats.maxmem, stats.maxmem)
+    if type(stats) is not DynamicStats:
+        raise InvalidInputError("stats", "a dynamic cluster needs DynamicStats {cpu, maxcpu, mem, maxmem}")
+    return resource_stats(stats)
+
+
+def node_stats(stats: Any) -> NodeStats:
+    """A dynamic node's measured stats (a node of a snapshot, or add_node's stats)."""
+    return NodeStats(stats.cpu, stats.maxcpu, stats.mem, stats.maxmem)
+
+
+def placed(record: Any) -> Resource:
+    """A resource as add_service/add_resource take it: stats, running, current and target node."""
+    return Resource(resource_stats(record.stats), record.running, record.current_node, record.target_node)
+
+
+def snapshot_scheduler(usage: Any, formula: str) -> Scheduler:
+    """A fresh scheduler holding the snapshot ``usage``: nodes, then resources, in list order.
+
+    Duplicate node names are refused (InvalidInputError naming the entry: product decision 4);
+    resource errors are upstream's (SchedulingError), as if added one by one.
+    """
+    mode = usage.__struct_config__.tag
+    names = [node.name for node in usage.nodes]
+    if len(set(names)) < len(names):
+        seen: set[str] = set()
+        for i, name in enumerate(names):
+            if name in seen:
+                raise InvalidInputError(f"usage.nodes[{i}].name", f"duplicate node name '{name}'")
+            seen.add(name)
+    scheduler = new_scheduler(mode, formula)
+    # The models bound every value as the engine's own checks would: the usage takes them as
+    # they are (a third of the cost of a big snapshot), checking what needs its state.
+    for node in usage.nodes:
+        stats = NodeStats(0.0, node.maxcpu, 0, node.maxmem) if mode == "static" else node_stats(node)
+        scheduler.usage.add_node(node.name, stats)
+    scheduler.usage.add_resources([(res.sid, placed(res)) for res in usage.resources])
+    return scheduler
+
+
+_SID, _SOURCE, _TARGET, _STATS = map(attrgetter, ("sid", "source_node", "target_node", "stats"))
+_CPU, _MEM = attrgetter("cpu"), attrgetter("mem")
+
+
+class FieldView(Sequence[str]):
+    """One name field of decoded candidates, read in place: the engine maps a column over its node
+    index once and looks at a few rows' sids, so a list of 100k names of its own would cost more
+    than it saves. Iterating maps the field's getter over the records, in C."""
+
+    __slots__ = ("_records", "_get")
+
+    def __init__(self, records: list, get: Callable[[Any], str]) -> None:
+        self._records = records
+        self._get = get
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __getitem__(self, row):  # a row (an int), as the engine asks; a slice gives a list
+        if isinstance(row, slice):
+            return list(map(self._get, self._records[row]))
+        return self._get(self._records[row])
+
+    def __iter__(self) -> Iterator[str]:
+        return map(self._get, self._records)
+
+
+def candidate_columns(candidates: list) -> CandidateColumns | CompactColumns:
+    """Candidates (one form per list) as the engine's columns: expanded ones with cpu as float64
+    cores (-0.0 never arrives: see the module doc) and mem as int64 bytes; bundles as they are."""
+    if candidates and type(candidates[0]) is Candidate:
+        stats = list(map(_STATS, candidates))
+        cpu = np.fromiter(map(_CPU, stats), dtype=np.float64, count=len(stats))
+        mem = np.fromiter(map(_MEM, stats), dtype=np.int64, count=len(stats))
+        return CandidateColumns(*(FieldView(candidates, get) for get in (_SID, _SOURCE, _TARGET)), cpu, mem)
+    return CompactColumns(
+        [b.leader for b in candidates], [b.resources for b in candidates], [b.nodes for b in candidates]
+    )
+
+
+def candidate_counts(candidates: Any) -> tuple[int, int]:
+    """(expanded candidates, bundle members) of a candidate list, decoded JSON or structs: a bundle
+    counts once per entry of its ``nodes``; an expanded candidate (a record with ``sid`` and no
+    ``leader`` first in the list, as the models decide the form) counts once."""
+    first = candidates[0]
+    if type(first) is Candidate or (type(first) is dict and "leader" not in first and "sid" in first):
+        return len(candidates), 0
+    expanded = members = 0
+    for bundle in candidates:
+        targets, resources = _member(bundle, "nodes"), _member(bundle, "resources")
+        expanded += len(targets) if type(targets) is list else 0
+        members += len(resources) if type(resources) is list else 0
+    return expanded, members
+
+
+def _member(record: Any, name: str) -> Any:
+    """A member of a record: decoded JSON (anything, None if absent) or a struct."""
+    return record.get(name) if type(record) is dict else getattr(record, name, None)
+
+
+def check_call_sizes(params: Any, limits: Any) -> None:
+    """Refuse a call whose ``usage`` or ``candidates`` exceed ``limits`` (a ServerLimits):
+    ParamsError naming the field, the count, the limit and how to raise it. ``params``: decoded
+    JSON (before the models spend time and memory on it) or a struct. Counts list lengths only."""
+
+    def at_most(count: int, loc: str, what: str, name: str) -> None:
+        limit = getattr(limits, name)
+        if count > limit:
+            raise ParamsError([(loc, f"{count} {what} exceed the limit of {limit} per call ({how_to_raise(name)})")])
+
+    usage, candidates = _member(params, "usage"), _member(params, "candidates")
+    if usage is not None:
+        nodes, resources = _member(usage, "nodes"), _member(usage, "resources")
+        at_most(len(nodes) if type(nodes) is list else 0, "usage.nodes", "nodes", "max_nodes")
+        at_most(len(resources) if type(resources) is list else 0, "usage.resources", "resources", "max_resources")
+    if type(candidates) is list and candidates:
+        expanded, members = candidate_counts(candidates)
+        at_most(expanded, "candidates", "expanded candidates", "max_candidates")
+        at_most(members, "candidates", "bundle members", "max_resources")
