@@ -89,6 +89,8 @@ def main() -> None:
         files, hops, answer, path = measure(tree)
         answers.add(answer)
         print(f"{tree}: {files} wire-side files, {hops} hops\n  {path}")
+        if '"result"' not in answer:
+            print(f"  the answer is no result: {answer}")
     if len(trees) > 1:
         print("answers:", "same" if len(answers) == 1 else "DIFFERENT")
 

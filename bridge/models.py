@@ -20,7 +20,7 @@ Conventions:
 
 # No ``from __future__ import annotations`` here: pydantic would then compile and evaluate every
 # annotation string when each model class is created (1.4% of a server start's instructions).
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (
     AfterValidator,
@@ -322,12 +322,15 @@ class NoParams(Params):
 class ClusterParams(Params):
     """Either a snapshot (``usage``) or a live scheduler (``scheduler``), exactly one."""
 
+    #: Of these fields exactly one is given (not null).
+    exactly_one: ClassVar[tuple[str, ...]] = ("usage", "scheduler")
+
     usage: Usage | None = Field(default=None, description="the whole cluster; give this or 'scheduler'")
     scheduler: Handle | None = Field(default=None, description="work on this scheduler's state; give this or 'usage'")
 
     @model_validator(mode="after")
     def _exactly_one_cluster(self) -> "ClusterParams":
-        if (self.usage is None) == (self.scheduler is None):
+        if sum(getattr(self, name) is not None for name in self.exactly_one) != 1:
             raise PydanticCustomError("cluster", "give exactly one of 'usage' and 'scheduler'")
         return self
 

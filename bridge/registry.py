@@ -11,7 +11,7 @@ gets the params as the structs of :mod:`bridge.wire` and returns a JSON value. T
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import models as m
@@ -39,11 +39,11 @@ class MethodSpec:
     result: Any
     variants: Mapping[str, Variant]
     positional: bool = True
+    #: True for ``scheduler.*`` methods: the first param is a handle choosing the variant.
+    stateful: bool = field(init=False)
 
-    @property
-    def stateful(self) -> bool:
-        """True for ``scheduler.*`` methods: the first param is a handle choosing the variant."""
-        return ANY_MODE not in self.variants
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stateful", ANY_MODE not in self.variants)
 
 
 def stateless(

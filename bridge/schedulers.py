@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core import DEFAULT_FORMULA, CandidateBatch, InvalidInputError, Scheduler, SchedulingError, new_scheduler
+from ..core import CandidateBatch, InvalidInputError, Scheduler, SchedulingError, new_scheduler
 from ..core.candidates import concat_batches
 from ..core.scheduler import score_migrations
 from . import models as m
@@ -59,13 +59,6 @@ class State:
         handle = f"s{next(self._handles)}"
         self.schedulers[handle] = scheduler
         return handle
-
-    def cluster(self, params: Any) -> Scheduler:
-        """The scheduler a headline call works on: the live one, or one built from the snapshot."""
-        if params.scheduler is not None:
-            return self.scheduler(params.scheduler)
-        # Start scoring has no formula param; the snapshot's formula does not matter to it.
-        return wire.snapshot_scheduler(params.usage, getattr(params, "imbalance", None) or DEFAULT_FORMULA)
 
 
 # -- mutations: one call each, or many at once ------------------------------------------------

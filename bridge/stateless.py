@@ -25,8 +25,16 @@ FRAMINGS = {
 # -- headline methods (on a snapshot or on a handle) --------------------------------------------
 
 
+def _cluster(state: State, params: Any) -> Scheduler:
+    """The scheduler a headline call works on: the live one, or one built from the snapshot."""
+    if params.scheduler is not None:
+        return state.scheduler(params.scheduler)
+    # Start scoring has no formula param; the snapshot's formula does not matter to it.
+    return wire.snapshot_scheduler(params.usage, getattr(params, "imbalance", None) or DEFAULT_FORMULA)
+
+
 def _score_migrations(state: State, p: Any) -> list[dict]:
-    scheduler = state.cluster(p)
+    scheduler = _cluster(state, p)
     if phases.timing:
         phases.mark("snapshot")
     batch = scheduler.candidate_batch(wire.candidate_columns(p.candidates))
@@ -39,19 +47,19 @@ def _score_migrations(state: State, p: Any) -> list[dict]:
 
 
 def _select_migration(state: State, p: Any) -> dict | None:
-    scheduler = state.cluster(p)
+    scheduler = _cluster(state, p)
     batch = scheduler.candidate_batch(wire.candidate_columns(p.candidates))
     best = select_best_migration(batch, p.method, p.imbalance or scheduler.formula, p.imbalance_threshold)
     return None if best is None else best.to_wire()
 
 
 def _node_imbalance(state: State, p: Any) -> float:
-    scheduler = state.cluster(p)
+    scheduler = _cluster(state, p)
     return calculate_node_imbalance(scheduler.view(), p.imbalance or scheduler.formula)
 
 
 def _start_scores(state: State, p: Any) -> list[list]:
-    scheduler = state.cluster(p)
+    scheduler = _cluster(state, p)
     stats = wire.start_stats(p.stats, scheduler.mode)
     return [[name, score] for name, score in score_nodes_to_start(scheduler.view(scheduler.start_view), stats)]
 
@@ -114,14 +122,14 @@ def _plan(scheduler: Scheduler, p: Any) -> dict:
 
 
 def _plan_rebalance(state: State, p: Any) -> dict:
-    return _plan(_with_formula(state.cluster(p), p.imbalance), p)
+    return _plan(_with_formula(_cluster(state, p), p.imbalance), p)
 
 
 def _explain_migrations(state: State, p: Any) -> dict:
     from ..core.explain import explain_batch  # loaded on first use, as in core/__init__.py
 
     # Built as _score_migrations builds its batch, so the numbers agree to the last bit.
-    scheduler = state.cluster(p)
+    scheduler = _cluster(state, p)
     batch = scheduler.candidate_batch(wire.candidate_columns(p.candidates))
     formula = p.imbalance or scheduler.formula
     return explain_batch(batch, p.method, formula, p.limit, p.threshold, p.margin).to_wire()

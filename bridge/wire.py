@@ -48,15 +48,17 @@ from .limits import how_to_raise
 
 # -- generating the structs -------------------------------------------------------------------
 
-#: The models' validators, and why the strict decoder may leave each out: a ``lax`` one widens what
-#: the models accept (the strict types refuse the widened inputs, which then go to the models); a
+#: The models' validators, and what the strict decoder does for each: a ``lax`` one widens what the
+#: models accept (the strict types refuse the widened inputs, which then go to the models); a
 #: ``zero`` one turns -0.0 into 0.0 (a message that may hold a negative zero goes to the models, see
-#: :func:`_may_hold_negative_zero`); an ``errors`` one only shapes the errors of the models.
+#: :func:`_may_hold_negative_zero`); an ``errors`` one only shapes the errors of the models; an
+#: ``exactly one`` one is checked on the struct (:meth:`ParamsDecoder.checked`).
 _VALIDATORS = {
     m._integral_float_to_int: "lax",
     m._perl_truth: "lax",
     m._no_negative_zero: "zero",
     m._in_parts: "errors",
+    m.ClusterParams._exactly_one_cluster: "exactly one",  # of the model's exactly_one fields
 }
 _BOUNDS = {at.Ge: "ge", at.Gt: "gt", at.Le: "le", at.Lt: "lt", at.MinLen: "min_length", at.MaxLen: "max_length"}
 #: Metadata that only describes a type (its JSON schema, its union tag) or that the strict types
@@ -172,8 +174,9 @@ def struct_of(
     """The struct of ``model``: the same field names, wire names, types, bounds and defaults, unknown
     keys refused. ``tag_field``/``tag``: the field that tells the model apart in a union (left out of
     the struct). ``choice``: which member of an :class:`Untaggable` field's union to take."""
-    if any(d.info.mode != "after" for d in model.__pydantic_decorators__.model_validators.values()):
-        raise TypeError(f"the strict decoder runs only 'after' model validators ({model.__name__})")
+    for validator in model.__pydantic_decorators__.model_validators.values():
+        if _VALIDATORS.get(validator.func) != "exactly one":
+            raise TypeError(f"the strict decoder does not know validator {validator.func.__qualname__}")
     fields, rename = [], {}
     for name, info in model.model_fields.items():
         if name == tag_field:
@@ -265,7 +268,7 @@ class ParamsDecoder:
         self.kinds = params_structs(model, positional)
         self.structs = frozenset(self.kinds)
         self._decoders = [msgspec.json.Decoder(kind) for kind in self.kinds]
-        self._checks = [d.func for d in model.__pydantic_decorators__.model_validators.values()]
+        self._exactly_one = getattr(model, "exactly_one", ())
 
     def decode(self, params: bytes) -> Any:
         """``params`` (JSON) as a struct, or None if the strict decoder refuses them."""
@@ -277,11 +280,9 @@ class ParamsDecoder:
         return None
 
     def checked(self, params: Any) -> Any:
-        """``params`` (a struct) once the model's own validators passed it; None if one refuses."""
-        try:
-            for check in self._checks:
-                check(params)
-        except ValueError:  # pydantic's custom errors are ValueErrors
+        """``params`` (a struct) if the model's own check passes it (exactly one of its
+        ``exactly_one`` fields given), else None."""
+        if self._exactly_one and sum(getattr(params, name) is not None for name in self._exactly_one) != 1:
             return None
         return params
 
