@@ -23,7 +23,6 @@ Conventions:
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -65,22 +64,15 @@ def _perl_truth(value: Any) -> Any:
     return value
 
 
-def _no_negative_zero(value: float) -> float:
-    return value + 0.0
-
-
 # Constraints go left of a BeforeValidator: to its right, pydantic applies them as a separate
 # step and publishes them as non-standard keys ("ge") instead of JSON Schema's ("minimum").
 
 #: A non-empty name (node name, sid).
 Name = Annotated[str, StringConstraints(min_length=1)]
 
-#: Cores (cpu usage or limit): a finite number in [0, 2**53].
-Cores = Annotated[
-    float,
-    Field(ge=0, le=MAX_CORES, allow_inf_nan=False),
-    AfterValidator(_no_negative_zero),
-]
+#: Cores (cpu usage or limit): a finite number in [0, 2**53] (-0.0 is 0.0 to the engine:
+#: :func:`bridge.wire.unsigned`).
+Cores = Annotated[float, Field(ge=0, le=MAX_CORES, allow_inf_nan=False)]
 
 #: A node's core count: an integer in [1, 2**53].
 NodeCores = Annotated[int, Field(gt=0, le=int(MAX_CORES)), BeforeValidator(_integral_float_to_int)]
@@ -658,7 +650,7 @@ StopReason = Literal[STOP_REASONS]
 ExplainReason = Literal[MIGRATE, THRESHOLD_REACHED, NO_CANDIDATES, NO_IMPROVEMENT, MARGIN_NOT_REACHED]
 
 #: A threshold or margin: a finite fraction >= 0 (0.3 = 30 %; not a percentage).
-Fraction = Annotated[float, Field(ge=0, allow_inf_nan=False), AfterValidator(_no_negative_zero)]
+Fraction = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 #: How many choices to explain: an integer >= 1.
 ExplainLimit = Annotated[int, Field(ge=1), BeforeValidator(_integral_float_to_int)]

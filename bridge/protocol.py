@@ -389,6 +389,9 @@ class Protocol:
         """The params as a struct of the variant's model, size limits checked: those the strict
         decoder took as they are (when its model's checks pass them), all others by the models."""
         decoder = self._params[variant.params, spec.positional]
+        if not (typed or params):  # none given ([] and {} alike)
+            params = decoder.decode(b"{}") or params
+            typed = type(params) is not dict
         if typed and type(params) in decoder.structs and decoder.checked(params) is not None:
             check_call_sizes(params, self.state.limits)
             return params

@@ -117,7 +117,7 @@ def _with_formula(scheduler: Scheduler, formula: str | None) -> Scheduler:
 def _plan(scheduler: Scheduler, p: Any) -> dict:
     from ..core.planner import plan_rebalance  # loaded on first use, as in core/__init__.py
 
-    options = (p.method, p.threshold, p.margin, p.max_steps, p.allow_repeat)
+    options = (p.method, wire.unsigned(p.threshold), wire.unsigned(p.margin), p.max_steps, p.allow_repeat)
     return plan_rebalance(scheduler, wire.candidate_columns(p.candidates).bundles(), *options).to_wire()
 
 
@@ -132,7 +132,9 @@ def _explain_migrations(state: State, p: Any) -> dict:
     scheduler = _cluster(state, p)
     batch = scheduler.candidate_batch(wire.candidate_columns(p.candidates))
     formula = p.imbalance or scheduler.formula
-    return explain_batch(batch, p.method, formula, p.limit, p.threshold, p.margin).to_wire()
+    return explain_batch(
+        batch, p.method, formula, p.limit, wire.unsigned(p.threshold), wire.unsigned(p.margin)
+    ).to_wire()
 
 
 PLANNING = [

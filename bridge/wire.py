@@ -5,8 +5,8 @@ The pydantic models are the one declaration of every wire shape. From each model
 generates a msgspec struct with the model's field names, wire names (aliases), types, bounds and
 defaults; msgspec decodes a whole request straight into them (envelope, params, records) and checks
 every value as it parses. That decoder is strict: it refuses what the models accept only by
-changing the value (an integral float as a byte count, ``running`` by Perl truthiness, a negative
-zero, an unknown key they ignore) and what it cannot measure (nesting beyond the depth limit).
+changing the value (an integral float as a byte count, ``running`` by Perl truthiness, an unknown
+key they ignore) and what it cannot measure (nesting beyond the depth limit).
 A refused request goes to the models, in one place (:meth:`ParamsDecoder.from_models`): they accept
 the lax cases and word every error, and what they accept is decoded into the same structs. So a
 handler gets one type per param, whichever way the request came in.
@@ -20,7 +20,6 @@ only what the models accept, with the same values.
 from __future__ import annotations
 
 import functools
-import re
 import types
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import attrgetter
@@ -49,14 +48,12 @@ from .limits import how_to_raise
 # -- generating the structs -------------------------------------------------------------------
 
 #: The models' validators, and what the strict decoder does for each: a ``lax`` one widens what the
-#: models accept (the strict types refuse the widened inputs, which then go to the models); a
-#: ``zero`` one turns -0.0 into 0.0 (a message that may hold a negative zero goes to the models, see
-#: :func:`_may_hold_negative_zero`); an ``errors`` one only shapes the errors of the models; an
-#: ``exactly one`` one is checked on the struct (:meth:`ParamsDecoder.checked`).
+#: models accept (the strict types refuse the widened inputs, which then go to the models); an
+#: ``errors`` one only shapes the errors of the models; an ``exactly one`` one is checked on the
+#: struct (:meth:`ParamsDecoder.checked`).
 _VALIDATORS = {
     m._integral_float_to_int: "lax",
     m._perl_truth: "lax",
-    m._no_negative_zero: "zero",
     m._in_parts: "errors",
     m.ClusterParams._exactly_one_cluster: "exactly one",  # of the model's exactly_one fields
 }
@@ -152,6 +149,7 @@ def _tag_of(annotation: Any) -> str | None:
     return None
 
 
+@functools.cache
 def _entry_struct(member: Any) -> type[msgspec.Struct]:
     """``[method, args...]`` as an array-like struct tagged by its first element; the args named as
     :data:`bridge.models.MUTATION_ARGS` names them (those of the single call)."""
@@ -159,7 +157,7 @@ def _entry_struct(member: Any) -> type[msgspec.Struct]:
     (name,) = get_args(method)
     names = m.MUTATION_ARGS.get(_tag_of(member), [f"arg{i}" for i in range(len(args))])
     fields = [(arg_name, wire_type(arg)) for arg_name, arg in zip(names, args)]
-    return msgspec.defstruct(name, fields, array_like=True, tag=name, forbid_unknown_fields=True, gc=False)
+    return _defstruct(name, fields, array_like=True, tag=name, forbid_unknown_fields=True)
 
 
 def _tagged_struct(model: type[BaseModel], tag_field: str) -> type[msgspec.Struct]:
@@ -195,9 +193,18 @@ def struct_of(
         if info.alias:
             rename[name] = info.alias
     options = {"tag_field": tag_field, "tag": tag} if tag is not None else {}
-    return msgspec.defstruct(
-        model.__name__, fields, rename=rename, kw_only=True, forbid_unknown_fields=True, gc=False, **options
-    )
+    return _defstruct(model.__name__, fields, rename=rename, kw_only=True, forbid_unknown_fields=True, **options)
+
+
+#: The field specs (name, type[, default]) of every struct made here (msgspec's own introspection
+#: evaluates annotations: most of the cost of a server start's struct making).
+_FIELDS: dict[type, list[tuple]] = {}
+
+
+def _defstruct(name: str, fields: list[tuple], **options: Any) -> type[msgspec.Struct]:
+    struct = msgspec.defstruct(name, fields, gc=False, **options)
+    _FIELDS[struct] = fields
+    return struct
 
 
 def _choices(model: type[BaseModel]) -> int:
@@ -220,37 +227,24 @@ def params_structs(model: type[m.Params], positional: bool) -> list[type[msgspec
         named = struct_of(model, choice=choice)
         kinds.append(named)
         if positional:
-            fields = list(_struct_fields(named))
+            fields = _FIELDS[named]
             kinds.append(
-                msgspec.defstruct(
-                    f"{model.__name__}Array", fields, array_like=True, kw_only=True, forbid_unknown_fields=True
-                )
+                _defstruct(f"{model.__name__}Array", fields, array_like=True, kw_only=True, forbid_unknown_fields=True)
             )
     return kinds
 
 
-def _struct_fields(struct: type[msgspec.Struct]) -> Iterator[tuple]:
-    for info in msgspec.structs.fields(struct):
-        default = info.default if info.default_factory is msgspec.NODEFAULT else msgspec.field(default_factory=list)
-        yield info.name, info.type, default
-
-
+@functools.cache
 def depth(kind: Any) -> int:
     """How deep a value of msgspec type ``kind`` nests arrays and objects."""
-    info = msgspec.inspect.type_info(kind)
-    return _depth(info)
-
-
-def _depth(info: Any) -> int:
-    if isinstance(info, msgspec.inspect.UnionType):
-        return max(map(_depth, info.types))
-    if isinstance(info, (msgspec.inspect.ListType, msgspec.inspect.TupleType, msgspec.inspect.VarTupleType)):
-        items = info.item_types if isinstance(info, msgspec.inspect.TupleType) else [info.item_type]
-        return 1 + max(map(_depth, items), default=0)
-    if isinstance(info, msgspec.inspect.StructType):
-        return 1 + max((_depth(f.type) for f in info.fields), default=0)
-    if isinstance(info, msgspec.inspect.Metadata):
-        return _depth(info.type)
+    while get_origin(kind) is Annotated:
+        kind = get_args(kind)[0]
+    if get_origin(kind) in (Union, types.UnionType):
+        return max(map(depth, get_args(kind)))
+    if get_origin(kind) in (list, tuple):
+        return 1 + max(map(depth, get_args(kind)), default=0)
+    if kind in _FIELDS:
+        return 1 + max((depth(field[1]) for field in _FIELDS[kind]), default=0)
     return 0
 
 
@@ -299,15 +293,6 @@ class ParamsDecoder:
         return struct
 
 
-def _may_hold_negative_zero(message: bytes) -> bool:
-    """Whether a number in ``message`` may be a negative zero (the models give 0.0 for it; a name
-    that looks like one only sends the message the slow way)."""
-    return b"-0" in message and _NEGATIVE_ZERO.search(message) is not None
-
-
-_NEGATIVE_ZERO = re.compile(rb"[\[:,]\s*-0(?![0-9])")
-
-
 class MessageDecoder:
     """Whole messages (a request or a batch) decoded strictly into structs: a request is a struct
     tagged by its method, its ``params`` a struct of its params model.
@@ -319,9 +304,12 @@ class MessageDecoder:
 
     def __init__(self, params_kinds: dict[str, list[Any]]) -> None:
         self.methods: dict[type, str] = {}
-        requests = []
+        requests, made = [], {}
         for choice in range(max(map(len, params_kinds.values()))):
-            union = [self._request(name, kinds[min(choice, len(kinds) - 1)]) for name, kinds in params_kinds.items()]
+            union = []
+            for name, kinds in params_kinds.items():
+                kind = kinds[min(choice, len(kinds) - 1)]
+                union.append(made.get((name, kind)) or made.setdefault((name, kind), self._request(name, kind)))
             requests.append(Union[tuple(union)])  # noqa: UP007 (built from a tuple)
         self._decoders = [msgspec.json.Decoder(list[request] | request) for request in requests]
         #: The deepest valid message (a batch of the deepest request).
@@ -333,14 +321,14 @@ class MessageDecoder:
             ("id", Union[str, int, float, None], msgspec.UNSET),  # noqa: UP007
             ("params", params, msgspec.UNSET),
         ]
-        request = msgspec.defstruct("Request", fields, tag_field="method", tag=name, forbid_unknown_fields=True)
+        request = _defstruct("Request", fields, tag_field="method", tag=name, forbid_unknown_fields=True)
         self.methods[request] = name
         return request
 
     def decode(self, message: bytes, max_depth: int) -> Any:
         """The request or batch in ``message`` as structs; None if the strict decoder refuses it,
         or cannot tell it within ``max_depth`` (the models then decide)."""
-        if max_depth < self.depth or _may_hold_negative_zero(message):
+        if max_depth < self.depth:
             return None
         for decoder in self._decoders:
             try:
@@ -358,18 +346,24 @@ Candidate, Bundle = struct_of(m.Candidate), struct_of(m.CompactCandidate)
 USAGES = {tag: _tagged_struct(model, "mode") for tag, model in (("static", m.StaticUsage), ("dynamic", m.DynamicUsage))}
 
 
+def unsigned(value: float | None) -> float | None:
+    """A core count or fraction as the engine takes it: -0.0 as 0.0 (the engine's results and
+    echoes would show the sign). Every such value reaches the engine through here."""
+    return None if value is None else value + 0.0
+
+
 def resource_stats(stats: Any) -> ResourceStats:
     """Stats of a resource: static (``maxcpu``/``maxmem``, also the running usage) or dynamic."""
     if type(stats) is StaticStats:
-        return ResourceStats(stats.maxcpu, stats.maxcpu, stats.maxmem, stats.maxmem)
-    return ResourceStats(stats.cpu, stats.maxcpu, stats.mem, stats.maxmem)
+        return ResourceStats(unsigned(stats.maxcpu), unsigned(stats.maxcpu), stats.maxmem, stats.maxmem)
+    return ResourceStats(unsigned(stats.cpu), unsigned(stats.maxcpu), stats.mem, stats.maxmem)
 
 
 def start_stats(stats: Any, mode: str) -> ResourceStats:
     """Stats of a resource to start on a ``mode`` cluster: static takes ``maxcpu``/``maxmem`` of
     either shape; dynamic needs DynamicStats (InvalidInputError otherwise)."""
     if mode == "static":
-        return ResourceStats(stats.maxcpu, stats.maxcpu, stats.maxmem, stats.maxmem)
+        return resource_stats(StaticStats(maxcpu=stats.maxcpu, maxmem=stats.maxmem))
     if type(stats) is not DynamicStats:
         raise InvalidInputError("stats", "a dynamic cluster needs DynamicStats {cpu, maxcpu, mem, maxmem}")
     return resource_stats(stats)
@@ -377,7 +371,7 @@ def start_stats(stats: Any, mode: str) -> ResourceStats:
 
 def node_stats(stats: Any) -> NodeStats:
     """A dynamic node's measured stats (a node of a snapshot, or add_node's stats)."""
-    return NodeStats(stats.cpu, stats.maxcpu, stats.mem, stats.maxmem)
+    return NodeStats(unsigned(stats.cpu), stats.maxcpu, stats.mem, stats.maxmem)
 
 
 def placed(record: Any) -> Resource:
@@ -438,10 +432,10 @@ class FieldView(Sequence[str]):
 
 def candidate_columns(candidates: list) -> CandidateColumns | CompactColumns:
     """Candidates (one form per list) as the engine's columns: expanded ones with cpu as float64
-    cores (-0.0 never arrives: see the module doc) and mem as int64 bytes; bundles as they are."""
+    cores and mem as int64 bytes; bundles as they are."""
     if candidates and type(candidates[0]) is Candidate:
         stats = list(map(_STATS, candidates))
-        cpu = np.fromiter(map(_CPU, stats), dtype=np.float64, count=len(stats))
+        cpu = np.fromiter(map(_CPU, stats), dtype=np.float64, count=len(stats)) + 0.0  # as unsigned() gives it
         mem = np.fromiter(map(_MEM, stats), dtype=np.int64, count=len(stats))
         return CandidateColumns(*(FieldView(candidates, get) for get in (_SID, _SOURCE, _TARGET)), cpu, mem)
     return CompactColumns(
