@@ -142,10 +142,10 @@ def _run_in_bulk(trial: Scheduler, mode: str, entries: list) -> None:
                 mutators[method](trial, entry)
 
 
-def _mutation(mode: str, method: str) -> tuple[type[m.Params], Callable]:
-    """The single call ``scheduler.<method>`` of ``mode``: its model and handler."""
-    mutate = MUTATORS[mode][method]
-    return m.MUTATIONS[mode][method], lambda s, p: mutate(s, p)
+def _single_call(method: str, summary: str) -> MethodSpec:
+    """``scheduler.<method>``: the mutation ``method`` alone, in each mode that has it."""
+    modes = {mode: (m.MUTATIONS[mode][method], run[method]) for mode, run in MUTATORS.items() if method in run}
+    return on_scheduler(method, summary, None, **modes)
 
 
 def _scored_list(scored: list) -> list[dict]:
@@ -168,18 +168,12 @@ ScoredList = list[m.ScoredMigration]
 ScoredOrNone = m.ScoredMigration | None
 
 STATEFUL = [
-    on_scheduler(
-        "add_node",
-        "Add a node: static (nodename, maxcpu cores, maxmem bytes); dynamic (nodename, measured stats).",
-        None,
-        static=_mutation("static", "add_node"),
-        dynamic=_mutation("dynamic", "add_node"),
+    _single_call(
+        "add_node", "Add a node: static (nodename, maxcpu cores, maxmem bytes); dynamic (nodename, measured stats)."
     ),
-    on_scheduler(
+    _single_call(
         "remove_node",
         "Remove a node (unknown: no-op); its stationary resources go, moving ones stay on the other node.",
-        None,
-        **both(m.NodeNameParams, MUTATORS["static"]["remove_node"]),
     ),
     on_scheduler(
         "list_nodes",
@@ -193,36 +187,14 @@ STATEFUL = [
         bool,
         **both(m.NodeNameParams, lambda s, p: s.contains_node(p.nodename)),
     ),
-    on_scheduler(
-        "add_service",
-        "Static: add a service (moving when target-node is set).",
-        None,
-        static=_mutation("static", "add_service"),
-    ),
-    on_scheduler(
+    _single_call("add_service", "Static: add a service (moving when target-node is set)."),
+    _single_call(
         "add_service_usage_to_node",
         "Static legacy add: unknown sid -> started on nodename; known stationary sid -> moving there.",
-        None,
-        static=_mutation("static", "add_service_usage_to_node"),
     ),
-    on_scheduler(
-        "remove_service_usage",
-        "Static: remove a service (unknown: no-op).",
-        None,
-        static=_mutation("static", "remove_service_usage"),
-    ),
-    on_scheduler(
-        "add_resource",
-        "Dynamic: add a resource (moving when target-node is set).",
-        None,
-        dynamic=_mutation("dynamic", "add_resource"),
-    ),
-    on_scheduler(
-        "remove_resource",
-        "Dynamic: remove a resource (unknown: no-op).",
-        None,
-        dynamic=_mutation("dynamic", "remove_resource"),
-    ),
+    _single_call("remove_service_usage", "Static: remove a service (unknown: no-op)."),
+    _single_call("add_resource", "Dynamic: add a resource (moving when target-node is set)."),
+    _single_call("remove_resource", "Dynamic: remove a resource (unknown: no-op)."),
     on_scheduler(
         "apply",
         "Extra: the mutations [[method, args...], ...] (add_node, remove_node, add_service/add_resource, "
