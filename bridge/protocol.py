@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import logging
 import sys
 from typing import Any
@@ -229,6 +230,9 @@ def _with_exact_integers(message: bytes, decoded: Any) -> Any:
 # -- the protocol ---------------------------------------------------------------------------------
 
 
+_CONTEXT_ONLY = inspect.Signature([inspect.Parameter("params", inspect.Parameter.POSITIONAL_ONLY)])
+
+
 class _Methods(dict):
     """jsonrpcserver's method table: a method for every name; for an unknown one, the method that
     answers so (a notification of one gets no answer, as for any notification)."""
@@ -260,6 +264,9 @@ class Protocol:
         def method(params: Any) -> Any:  # jsonrpcserver calls it with the params as its context
             return self._invoke(name, params)
 
+        # jsonrpcserver binds the call's arguments to the method's signature, which it computes
+        # anew for every call unless one is given (a third of a small call's time).
+        method.__signature__ = _CONTEXT_ONLY
         return method
 
     def _kinds(self, spec: MethodSpec) -> list[Any]:

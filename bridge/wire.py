@@ -404,7 +404,7 @@ def snapshot_scheduler(usage: Any, formula: str) -> Scheduler:
 
 
 _SID, _SOURCE, _TARGET, _STATS = map(attrgetter, ("sid", "source_node", "target_node", "stats"))
-_CPU, _MEM = attrgetter("cpu"), attrgetter("mem")
+_CPU, _MEM, _NODES, _RESOURCES = map(attrgetter, ("cpu", "mem", "nodes", "resources"))
 
 
 class FieldView(Sequence[str]):
@@ -450,6 +450,8 @@ def candidate_counts(candidates: Any) -> tuple[int, int]:
     first = candidates[0]
     if type(first) is Candidate or (type(first) is dict and "leader" not in first and "sid" in first):
         return len(candidates), 0
+    if type(first) is Bundle:  # decoded strictly: every bundle has both lists (counted in C)
+        return sum(map(len, map(_NODES, candidates))), sum(map(len, map(_RESOURCES, candidates)))
     expanded = members = 0
     for bundle in candidates:
         targets, resources = _member(bundle, "nodes"), _member(bundle, "resources")
