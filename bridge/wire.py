@@ -340,10 +340,8 @@ class MessageDecoder:
 
 # -- engine values --------------------------------------------------------------------------------
 
-StaticStats, DynamicStats, NodeStatsRecord = map(struct_of, (m.StaticStats, m.DynamicStats, m.DynamicNodeStats))
+StaticStats, DynamicStats = struct_of(m.StaticStats), struct_of(m.DynamicStats)
 Candidate, Bundle = struct_of(m.Candidate), struct_of(m.CompactCandidate)
-#: The struct of each usage snapshot (tagged by its ``mode``).
-USAGES = {tag: _tagged_struct(model, "mode") for tag, model in (("static", m.StaticUsage), ("dynamic", m.DynamicUsage))}
 
 
 def unsigned(value: float | None) -> float | None:

@@ -16,16 +16,19 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import annotated_types as at
 import msgspec
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel
+from pydantic import AfterValidator, BaseModel
 from pydantic.fields import FieldInfo
 
+from crs_bridge.bridge import models as m
 from crs_bridge.bridge.errors import ParamsError
 from crs_bridge.bridge.protocol import Protocol, _named
 from crs_bridge.bridge.registry import ANY_MODE
 from crs_bridge.bridge.schedulers import State
 from crs_bridge.bridge.stateless import METHODS
+from crs_bridge.bridge.wire import struct_of
 
 NAMES = st.sampled_from(["A", "B", "C", "vm:1", "vm:2", "node-0"])
 #: What a value may be changed into: another type, an empty name, numbers at and beyond the
@@ -166,3 +169,14 @@ def test_the_strict_decoder_takes_only_what_the_models_take_with_their_values(re
             assert _fields(decoded.params) == _fields(by_models)
     if ANY_MODE in spec.variants and spec.name not in ("shutdown", "rpc.discover"):
         assert STRICT.handle(message) == LAX.handle(message)
+
+
+def test_a_rule_the_strict_decoder_does_not_know_fails_its_making():
+    """A validator added to the models without teaching the strict decoder is an error at start,
+    not a rule the fast way skips."""
+
+    class Rounded(m.Record):
+        cores: Annotated[float, AfterValidator(round)]
+
+    with pytest.raises(TypeError, match="does not know validator"):
+        struct_of(Rounded)
