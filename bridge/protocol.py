@@ -402,8 +402,8 @@ class Protocol:
         if typed and type(params) in decoder.structs and decoder.checked(params) is not None:
             check_call_sizes(params, self.state.limits)
             return params
-        if typed:  # decoded as another mode's params, or refused by a check of the model
-            params = msgspec.to_builtins(params)
+        if typed:  # decoded as another mode's params, or refused by a check left after decoding
+            params = msgspec.json.decode(msgspec.json.encode(params))  # JSON texts kept as they came
         if type(params) is list:
             params = _named(spec, variant, params)
         check_call_sizes(params, self.state.limits)  # before the models spend time and memory

@@ -57,6 +57,11 @@ _VALIDATORS = {
     m._in_parts: "errors",
     m.ClusterParams._exactly_one_cluster: "exactly one",  # of the model's exactly_one fields
 }
+#: Fields whose lists repeat from record to record (an HA round's bundles list every node but the
+#: guest's own: a few dozen distinct lists for thousands of bundles). The strict decoder keeps each
+#: as JSON text; :meth:`ParamsDecoder.checked` decodes (checks) each distinct text once, by the
+#: field's own type, into one tuple that the records with that text share.
+REPEATING = {(m.CompactCandidate, "nodes")}
 _BOUNDS = {at.Ge: "ge", at.Gt: "gt", at.Le: "le", at.Lt: "lt", at.MinLen: "min_length", at.MaxLen: "max_length"}
 #: Metadata that only describes a type (its JSON schema, its union tag) or that the strict types
 #: already are (strict, finite numbers: JSON has no NaN and msgspec refuses overflowing numbers).
@@ -185,6 +190,9 @@ def struct_of(
             if not issubclass(model, m.Params):  # tried in order only as a whole request's params
                 raise TypeError(f"the strict decoder cannot tell apart {model.__name__}.{name}") from None
             kind = wire_type(union.members[min(choice, len(union.members) - 1)])
+        if (model, name) in REPEATING:
+            _TEXTS.setdefault(model, {})[name] = kind
+            kind = msgspec.Raw
         if info.is_required():
             fields.append((name, kind))
         else:
@@ -193,12 +201,19 @@ def struct_of(
         if info.alias:
             rename[name] = info.alias
     options = {"tag_field": tag_field, "tag": tag} if tag is not None else {}
-    return _defstruct(model.__name__, fields, rename=rename, kw_only=True, forbid_unknown_fields=True, **options)
+    struct = _defstruct(model.__name__, fields, rename=rename, kw_only=True, forbid_unknown_fields=True, **options)
+    if model in _TEXTS:
+        _TEXTS[struct] = _TEXTS[model]
+    return struct
 
 
 #: The field specs (name, type[, default]) of every struct made here (msgspec's own introspection
 #: evaluates annotations: most of the cost of a server start's struct making).
 _FIELDS: dict[type, list[tuple]] = {}
+
+
+#: Model or struct -> its :data:`REPEATING` fields -> their type.
+_TEXTS: dict[type, dict[str, Any]] = {}
 
 
 def _defstruct(name: str, fields: list[tuple], **options: Any) -> type[msgspec.Struct]:
@@ -244,7 +259,8 @@ def depth(kind: Any) -> int:
     if get_origin(kind) in (list, tuple):
         return 1 + max(map(depth, get_args(kind)), default=0)
     if kind in _FIELDS:
-        return 1 + max((depth(field[1]) for field in _FIELDS[kind]), default=0)
+        texts = _TEXTS.get(kind, {})
+        return 1 + max((depth(texts.get(field[0], field[1])) for field in _FIELDS[kind]), default=0)
     return 0
 
 
@@ -263,6 +279,9 @@ class ParamsDecoder:
         self.structs = frozenset(self.kinds)
         self._decoders = [msgspec.json.Decoder(kind) for kind in self.kinds]
         self._exactly_one = getattr(model, "exactly_one", ())
+        #: Params struct -> its fields that hold records with REPEATING fields: (field, record struct,
+        #: the record's field, the decoder of its text).
+        self._repeating = {kind: list(_repeating(kind)) for kind in self.kinds}
 
     def decode(self, params: bytes) -> Any:
         """``params`` (JSON) as a struct, or None if the strict decoder refuses them."""
@@ -274,10 +293,22 @@ class ParamsDecoder:
         return None
 
     def checked(self, params: Any) -> Any:
-        """``params`` (a struct) if the model's own check passes it (exactly one of its
-        ``exactly_one`` fields given), else None."""
+        """``params`` (a struct) once the checks left after decoding pass it, else None: the model's
+        own (exactly one of its ``exactly_one`` fields given), and the texts of :data:`REPEATING`
+        fields (each record's then holds the decoded tuple)."""
         if self._exactly_one and sum(getattr(params, name) is not None for name in self._exactly_one) != 1:
             return None
+        for name, record, field, decoder in self._repeating.get(type(params), ()):
+            records = getattr(params, name)
+            if not (records and type(records[0]) is record and type(getattr(records[0], field)) is msgspec.Raw):
+                continue
+            texts = list(map(bytes, map(attrgetter(field), records)))
+            try:
+                decoded = {text: decoder.decode(text) for text in dict.fromkeys(texts)}
+            except REFUSED:
+                return None
+            for each, value in zip(records, map(decoded.__getitem__, texts)):
+                setattr(each, field, value)
         return params
 
     def from_models(self, params: dict) -> Any:
@@ -291,6 +322,14 @@ class ParamsDecoder:
         if struct is None:
             raise AssertionError(f"the strict decoder refuses what {self.model.__name__} gave")
         return struct
+
+
+def _repeating(params: type[msgspec.Struct]) -> Iterator[tuple]:
+    """The fields of a params struct that hold lists of records with :data:`REPEATING` fields."""
+    for name, kind, *_ in _FIELDS[params]:
+        (record,) = get_args(kind) if get_origin(kind) is list else (None,)
+        for field, text in _TEXTS.get(record, {}).items():
+            yield name, record, field, msgspec.json.Decoder(tuple[(get_args(text)[0], ...)])
 
 
 class MessageDecoder:
