@@ -1,8 +1,9 @@
 """The wire schema: pydantic v2 models for every method's params and result.
 
-This module is the single source of the JSON-RPC contract's shapes (spec ``rpc.md``): the
-method surface validates params with these models and ``rpc.discover`` generates its OpenRPC
-document from them, so the two cannot drift.
+This module is the single source of the JSON-RPC contract's shapes (spec ``rpc.md``): the strict
+decoder of :mod:`bridge.wire` is generated from these models, they validate (and word the errors
+of) whatever that decoder refuses, and ``rpc.discover`` generates its OpenRPC document from them,
+so none of the three can drift from the others.
 
 Conventions:
 
