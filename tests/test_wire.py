@@ -24,6 +24,7 @@ from pydantic.fields import FieldInfo
 
 from crs_bridge.bridge import models as m
 from crs_bridge.bridge.errors import ParamsError
+from crs_bridge.bridge.limits import ServerLimits
 from crs_bridge.bridge.protocol import Protocol, _named
 from crs_bridge.bridge.registry import ANY_MODE
 from crs_bridge.bridge.schedulers import State
@@ -180,3 +181,30 @@ def test_a_rule_the_strict_decoder_does_not_know_fails_its_making():
 
     with pytest.raises(TypeError, match="does not know validator"):
         struct_of(Rounded)
+
+
+DEEP = [
+    # A batch of scheduler.apply: 7 levels (batch, request, params, mutations, entry, record, stats).
+    b'[{"jsonrpc":"2.0","id":1,"method":"scheduler.apply","params":{"scheduler":"s1","mutations":'
+    b'[["add_node","A",4,1024],["add_service","vm:1",{"stats":{"maxcpu":1,"maxmem":8},"running":true,'
+    b'"current-node":"A"}]]}}]',
+    # Expanded candidates on a snapshot: 5 levels; an ignored key nesting 3 more.
+    b'{"jsonrpc":"2.0","id":2,"method":"score_best_balancing_migrations","params":{"limit":1,'
+    b'"usage":{"mode":"dynamic","nodes":[{"name":"A","maxcpu":4,"maxmem":64,"cpu":1,"mem":8},'
+    b'{"name":"B","maxcpu":4,"maxmem":64,"cpu":0,"mem":0}]},"candidates":[{"sid":"vm:1",'
+    b'"source-node":"A","target-node":"B","stats":{"cpu":1,"maxcpu":1,"mem":8,"maxmem":8}}]}}',
+    b'{"jsonrpc":"2.0","id":3,"method":"score_best_balancing_migrations","params":{"limit":1,'
+    b'"usage":{"mode":"static","nodes":[{"name":"A","maxcpu":4,"maxmem":64,"x":[[[1]]]}]},"candidates":[]}}',
+]
+
+
+@pytest.mark.parametrize("max_depth", [2, 4, 5, 6, 7, 8, 1024])
+def test_depth_limits_answer_alike(max_depth):
+    """Under any depth limit the strict decoder takes only what it can tell is within it: the
+    answers are those of the models' way, nested too deep or not."""
+    strict, lax = (Protocol(State(limits=ServerLimits(max_json_depth=max_depth))) for _ in range(2))
+    lax._messages.decode = lambda message, max_depth: None
+    for protocol in (strict, lax):
+        protocol.handle(b'{"jsonrpc":"2.0","id":0,"method":"scheduler.new","params":{"mode":"static"}}')
+    for message in DEEP:
+        assert strict.handle(message) == lax.handle(message)
