@@ -11,6 +11,9 @@ from pydantic import ValidationError
 
 from .models import MUTATION_ARGS, UNION_TAGS
 
+#: At most this many entries in an error's ``data.errors``.
+MAX_ERROR_DETAILS = 20
+
 #: Names echoed in error messages (fields, methods, handles) are cut to this many characters.
 MAX_ECHOED_NAME = 100
 

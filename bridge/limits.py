@@ -14,12 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
 
-import orjson
-
-from ..core import CandidateColumns, CompactColumns
-from .errors import ParamsError
 from .transport import DEFAULT_MAX_MESSAGE_BYTES
 
 #: orjson refuses JSON nested deeper than this (in C, without recursion in Python).
@@ -40,7 +35,7 @@ class ServerLimits:
     The default depth is orjson's own limit, enforced in C while decoding, at no cost; nothing
     in the server walks input deeper than its schema, so no depth reaches Python's recursion
     limit. A lower depth is checked by the parser too, at a cost of about 0.1 ms for each
-    message with more brackets than the limit (see :func:`decode`).
+    message with more brackets than the limit (see :func:`bridge.protocol.decode_json`).
     """
 
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
@@ -102,103 +97,3 @@ def limits_from_env(environ: Mapping[str, str] = os.environ) -> ServerLimits:
         return ServerLimits(**values)
     except ValueError as exc:
         raise ValueError(f"{exc} (from the environment)") from None
-
-
-# -- per call ----------------------------------------------------------------------------------
-
-
-def check_call_sizes(params: Mapping[str, Any], limits: ServerLimits) -> None:
-    """Refuse a call whose ``usage`` or ``candidates`` (raw, not yet validated) exceed ``limits``:
-    ParamsError naming the field, the count, the limit and how to raise it. Cheap: it counts
-    list lengths only, before the params are validated entry by entry."""
-    usage = params.get("usage")
-    if type(usage) is dict:
-        _at_most(_length(usage.get("nodes")), "usage.nodes", "nodes", "max_nodes", limits.max_nodes)
-        _at_most(_length(usage.get("resources")), "usage.resources", "resources", "max_resources", limits.max_resources)
-    candidates = params.get("candidates")
-    if type(candidates) is CandidateColumns:  # decoded by bridge.fastdecode
-        _at_most(len(candidates), "candidates", "expanded candidates", "max_candidates", limits.max_candidates)
-    elif type(candidates) is CompactColumns or (type(candidates) is list and candidates):
-        expanded, members = candidate_counts(candidates)
-        _at_most(expanded, "candidates", "expanded candidates", "max_candidates", limits.max_candidates)
-        _at_most(members, "candidates", "bundle members", "max_resources", limits.max_resources)
-
-
-def candidate_counts(candidates: list | CompactColumns) -> tuple[int, int]:
-    """(expanded candidates, bundle members) of a raw candidate list (or of bundles that
-    :mod:`bridge.fastdecode` decoded): a compact bundle counts once per entry of its ``nodes``;
-    an expanded candidate (a record with ``sid`` and no ``leader`` first in the list, as the
-    models decide the form) counts once."""
-    if type(candidates) is CompactColumns:
-        return sum(map(len, candidates.nodes)), sum(map(len, candidates.resources))
-    first = candidates[0]
-    if type(first) is dict and "leader" not in first and "sid" in first:
-        return len(candidates), 0
-    expanded = members = 0
-    for bundle in candidates:
-        if type(bundle) is dict:
-            targets, resources = bundle.get("nodes"), bundle.get("resources")
-            expanded += len(targets) if type(targets) is list else 0
-            members += len(resources) if type(resources) is list else 0
-    return expanded, members
-
-
-def _length(value: Any) -> int:
-    # Anything but a list is the models' to refuse, whatever its value.
-    return len(value) if type(value) is list else 0
-
-
-def _at_most(count: int, loc: str, what: str, name: str, limit: int) -> None:
-    if count > limit:
-        raise ParamsError([(loc, f"{count} {what} exceed the limit of {limit} per call ({how_to_raise(name)})")])
-
-
-# -- nesting -----------------------------------------------------------------------------------
-
-
-class TooDeep(ValueError):
-    """A message nested deeper than the configured limit (it is valid JSON otherwise)."""
-
-
-#: Messages up to this size (bytes) are decoded unpadded when their brackets are few.
-_COUNT_BRACKETS_UP_TO = 1 << 16
-
-
-def decode(message: bytes, max_depth: int) -> Any:
-    """Decode one JSON message, refusing nesting deeper than ``max_depth`` (TooDeep).
-
-    No Python recursion anywhere: orjson parses in C and refuses depth > 1024 by itself. A lower
-    limit is checked by the same parser: the message is wrapped in ``1024 - max_depth`` arrays,
-    so that it fails exactly when the message nests deeper than ``max_depth``. Messages with no
-    more brackets than ``max_depth`` cannot be that deep and are decoded as they are (the usual
-    small request pays two byte counts). Raises orjson.JSONDecodeError for invalid JSON, with the
-    position in ``message`` itself.
-    """
-    pad = ORJSON_MAX_DEPTH - max_depth
-    # A big message has more brackets than any depth limit: counting them (some 10 ms for 16 MB)
-    # would only delay the padded decode.
-    few_brackets = len(message) <= _COUNT_BRACKETS_UP_TO and message.count(b"[") + message.count(b"{") <= max_depth
-    if pad == 0 or few_brackets:
-        return _loads(message, max_depth)
-    try:
-        value = orjson.loads(b"".join((b"[" * pad, message, b"]" * pad)))
-    except orjson.JSONDecodeError as exc:
-        if "depth limit" in str(exc):
-            raise TooDeep(max_depth) from None
-        return orjson.loads(message)  # raises again, with the position in the message itself
-    for _ in range(pad):
-        # A single element at every level, else the padding paired up with brackets of an
-        # invalid message (``1],[2``): decode it alone to raise its own error.
-        if len(value) != 1:
-            return orjson.loads(message)
-        value = value[0]
-    return value
-
-
-def _loads(message: bytes, max_depth: int) -> Any:
-    try:
-        return orjson.loads(message)
-    except orjson.JSONDecodeError as exc:
-        if "depth limit" in str(exc):
-            raise TooDeep(max_depth) from None
-        raise

@@ -1,8 +1,9 @@
 """The wire schema: pydantic v2 models for every method's params and result.
 
-This module is the single source of the JSON-RPC contract's shapes (spec ``rpc.md``): the
-method surface validates params with these models and ``rpc.discover`` generates its OpenRPC
-document from them, so the two cannot drift.
+This module is the single source of the JSON-RPC contract's shapes (spec ``rpc.md``): the strict
+decoder of :mod:`bridge.wire` is generated from these models, they validate (and word the errors
+of) whatever that decoder refuses, and ``rpc.discover`` generates its OpenRPC document from them,
+so none of the three can drift from the others.
 
 Conventions:
 
@@ -20,10 +21,9 @@ Conventions:
 
 # No ``from __future__ import annotations`` here: pydantic would then compile and evaluate every
 # annotation string when each model class is created (1.4% of a server start's instructions).
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -65,22 +65,15 @@ def _perl_truth(value: Any) -> Any:
     return value
 
 
-def _no_negative_zero(value: float) -> float:
-    return value + 0.0
-
-
 # Constraints go left of a BeforeValidator: to its right, pydantic applies them as a separate
 # step and publishes them as non-standard keys ("ge") instead of JSON Schema's ("minimum").
 
 #: A non-empty name (node name, sid).
 Name = Annotated[str, StringConstraints(min_length=1)]
 
-#: Cores (cpu usage or limit): a finite number in [0, 2**53].
-Cores = Annotated[
-    float,
-    Field(ge=0, le=MAX_CORES, allow_inf_nan=False),
-    AfterValidator(_no_negative_zero),
-]
+#: Cores (cpu usage or limit): a finite number in [0, 2**53] (-0.0 is 0.0 to the engine:
+#: :func:`bridge.wire.unsigned`).
+Cores = Annotated[float, Field(ge=0, le=MAX_CORES, allow_inf_nan=False)]
 
 #: A node's core count: an integer in [1, 2**53].
 NodeCores = Annotated[int, Field(gt=0, le=int(MAX_CORES)), BeforeValidator(_integral_float_to_int)]
@@ -276,10 +269,11 @@ class Candidate(Record):
 
 def _candidate_form(value: Any) -> str:
     # Decide the list's form by its first element only: validating 100k entries against both
-    # forms would double the cost, and a mixed list is an error either way.
-    if isinstance(value, list) and value and isinstance(value[0], dict):
+    # forms would double the cost, and a mixed list is an error either way. (Validated lists, of
+    # models, are told apart too: to serialize them.)
+    if isinstance(value, list) and value:
         first = value[0]
-        if "leader" not in first and "sid" in first:
+        if isinstance(first, Candidate) or (isinstance(first, dict) and "leader" not in first and "sid" in first):
             return "expanded"
     return "compact"
 
@@ -323,12 +317,15 @@ class NoParams(Params):
 class ClusterParams(Params):
     """Either a snapshot (``usage``) or a live scheduler (``scheduler``), exactly one."""
 
+    #: Of these fields exactly one is given (not null).
+    exactly_one: ClassVar[tuple[str, ...]] = ("usage", "scheduler")
+
     usage: Usage | None = Field(default=None, description="the whole cluster; give this or 'scheduler'")
     scheduler: Handle | None = Field(default=None, description="work on this scheduler's state; give this or 'usage'")
 
     @model_validator(mode="after")
     def _exactly_one_cluster(self) -> "ClusterParams":
-        if (self.usage is None) == (self.scheduler is None):
+        if sum(getattr(self, name) is not None for name in self.exactly_one) != 1:
             raise PydanticCustomError("cluster", "give exactly one of 'usage' and 'scheduler'")
         return self
 
@@ -529,8 +526,8 @@ def _mutation_union(mode: str) -> Any:
     methods = MUTATIONS[mode]
     expected = ", ".join(methods)
 
-    def tag(entry: Any) -> str | None:
-        if type(entry) is list and entry and type(entry[0]) is str:
+    def tag(entry: Any) -> str | None:  # a list as decoded, a tuple as validated (to serialize it)
+        if type(entry) in (list, tuple) and entry and type(entry[0]) is str:
             return f"{mode} {entry[0]}"
         return None
 
@@ -656,7 +653,7 @@ StopReason = Literal[STOP_REASONS]
 ExplainReason = Literal[MIGRATE, THRESHOLD_REACHED, NO_CANDIDATES, NO_IMPROVEMENT, MARGIN_NOT_REACHED]
 
 #: A threshold or margin: a finite fraction >= 0 (0.3 = 30 %; not a percentage).
-Fraction = Annotated[float, Field(ge=0, allow_inf_nan=False), AfterValidator(_no_negative_zero)]
+Fraction = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 #: How many choices to explain: an integer >= 1.
 ExplainLimit = Annotated[int, Field(ge=1), BeforeValidator(_integral_float_to_int)]

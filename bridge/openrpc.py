@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from .methods import ANY_MODE, MethodSpec
+from .registry import ANY_MODE, MethodSpec
 
 OPENRPC_VERSION = "1.3.2"
 _REF = "#/components/schemas/{model}"

@@ -1,36 +1,73 @@
-"""JSON-RPC 2.0 on top of the method surface: decoding, envelope checks, dispatch, error codes.
+"""JSON-RPC 2.0 over the method tables: decoding, envelope checks, dispatch, error codes.
 
 :meth:`Protocol.handle` takes one message (bytes, already unframed) and returns the response
 bytes, or None when nothing is to be answered (a notification, or a batch of notifications).
 
-* Decoding and encoding use orjson. A message that is not JSON gets -32700 with the position.
-  A big request (candidates, expanded or compact, or ``scheduler.apply`` journals) is first
-  offered to :mod:`bridge.fastdecode`, which decodes its bulk straight into typed records and
-  columns (and gives way to orjson whenever in doubt).
-* Envelopes are checked here by :func:`request_problem`, a cheap equivalent of jsonrpcserver's
-  JSON-schema request validator (same acceptance rules, plus a message saying what is wrong).
-  Batch elements are checked one by one, so a batch answers each invalid element with its own
-  -32600, as JSON-RPC 2.0 specifies (an empty batch gets a single -32600).
-* Each valid request is dispatched by jsonrpcserver (its ``dispatch_to_serializable``, see :mod:`bridge.dispatch`,
-  given the already decoded and checked request, so its own JSON parsing and JSON-schema
-  validation are skipped) to :meth:`Bridge.call`, whose exceptions become error codes (see
-  :func:`error_for`); a notification's call runs too, and its answer is dropped.
+* A message is decoded once, strictly, into the structs of :mod:`bridge.wire` (envelope, params
+  and records together). Where the strict decoder refuses it, orjson decodes it and the envelopes
+  are checked here (:func:`request_problem`: jsonrpcserver's request schema, with a message saying
+  what is wrong; each batch element on its own, as JSON-RPC 2.0 specifies); each request's params
+  then go to the models (:meth:`Protocol._typed`, the one fallback), which word every error.
+  A message that is not JSON gets -32700 with the position.
+* Each request is dispatched by jsonrpcserver (its ``dispatch_to_serializable``, given the
+  decoded request and its params as the context): it looks the method up, calls it and makes the
+  response. A method's exceptions become error codes (:func:`error_for`); a notification's call
+  runs too, and its answer is dropped.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import inspect
 import logging
+import sys
 from typing import Any
 
+import msgspec
 import orjson
 
 from ..core import InvalidInputError, SchedulingError
-from . import phases
-from .dispatch import NODATA, Error, Method, Success, dispatch_to_serializable
-from .errors import MethodUnavailableError, MutationError, ParamsError, UnknownHandleError, shorten
-from .fastdecode import TypedRequestDecoder
-from .limits import TooDeep, decode, how_to_raise
-from .methods import MAX_ERROR_DETAILS, Bridge
+from . import phases, stateless
+from .errors import (
+    MAX_ERROR_DETAILS,
+    MethodUnavailableError,
+    MutationError,
+    ParamsError,
+    UnknownHandleError,
+    shorten,
+)
+from .limits import ORJSON_MAX_DEPTH, how_to_raise
+from .registry import ANY_MODE, MethodSpec, Variant
+from .schedulers import STAGING_METHODS, State
+from .wire import MessageDecoder, ParamsDecoder, check_call_sizes
+
+
+def _import_without_package_init(package: str, *modules: str) -> list[Any]:
+    """``package``'s ``modules``, imported without running the package's ``__init__``.
+
+    jsonrpcserver's ``__init__`` imports all it offers: its asyncio dispatcher, an HTTP server
+    and the JSON-schema request validator, 85-95 ms of a server start (``python -X importtime -c
+    'import jsonrpcserver'``) against a budget of 300 ms. The server needs only the synchronous
+    dispatcher, which imports none of them (nor does oslash's ``either``, without the other monads
+    oslash's ``__init__`` imports). A later ``import jsonrpcserver`` runs the real ``__init__``,
+    which reuses the modules loaded here.
+    """
+    bare = package not in sys.modules
+    if bare:  # a package that knows its path and ran nothing
+        sys.modules[package] = importlib.util.module_from_spec(importlib.util.find_spec(package))
+    try:
+        return [importlib.import_module(f"{package}.{module}") for module in modules]
+    finally:
+        if bare:
+            del sys.modules[package]
+
+
+_import_without_package_init("oslash", "either")
+_dispatcher, _response, _result, _sentinels = _import_without_package_init(
+    "jsonrpcserver", "dispatcher", "response", "result", "sentinels"
+)
+Success, Error, NODATA = _result.Success, _result.Error, _sentinels.NODATA
 
 log = logging.getLogger("crs-bridge")
 
@@ -81,26 +118,6 @@ def request_problem(request: Any) -> str | None:
     return None
 
 
-def _has_float_id(decoded: Any) -> bool:
-    """Whether a request of ``decoded`` (a request or a batch) has a float ``id``."""
-    if type(decoded) is dict:  # the common case, checked once per message: no generator
-        return type(decoded.get("id")) is float
-    return type(decoded) is list and any(type(r) is dict and type(r.get("id")) is float for r in decoded)
-
-
-def _with_exact_integers(message: bytes, decoded: Any) -> Any:
-    """``message`` decoded by the json module, which keeps integers beyond 64 bits that orjson
-    reads as floats: an ``id`` must come back as it was sent. Rare (ids are rarely floats), and
-    the same value otherwise; ``decoded`` if the json module cannot read it (nesting too deep
-    for its recursion)."""
-    import json
-
-    try:
-        return json.loads(message)
-    except (ValueError, RecursionError):
-        return decoded
-
-
 def _json_type(value: Any) -> str:
     if value is None:
         return "null"
@@ -120,7 +137,7 @@ def error_response(code: int, message: str, data: Any = None, ident: Any = None)
 
 
 def error_for(exc: Exception) -> JsonRpcError:
-    """The JSON-RPC error for an exception raised by the method surface."""
+    """The JSON-RPC error for an exception raised by a method."""
     if isinstance(exc, MutationError):  # the entry's own error, saying which entry it was
         error = error_for(exc.cause)
         error.data = {**(error.data or {}), "index": exc.index, "method": exc.method}
@@ -149,15 +166,112 @@ def _invalid_params(errors: list[tuple[str, str]]) -> JsonRpcError:
     return JsonRpcError(INVALID_PARAMS, message, data)
 
 
-class Protocol:
-    """JSON-RPC 2.0 message handling for one :class:`~bridge.methods.Bridge`."""
+# -- decoding JSON the lax way, within the depth limit ----------------------------------------------
 
-    def __init__(self, bridge: Bridge) -> None:
-        self.bridge = bridge
+
+class TooDeep(ValueError):
+    """A message nested deeper than the configured limit (it is valid JSON otherwise)."""
+
+
+#: Messages up to this size (bytes) are decoded unpadded when their brackets are few.
+_COUNT_BRACKETS_UP_TO = 1 << 16
+
+
+def decode_json(message: bytes, max_depth: int) -> Any:
+    """Decode one JSON message, refusing nesting deeper than ``max_depth`` (TooDeep).
+
+    No Python recursion anywhere: orjson parses in C and refuses depth > 1024 by itself. A lower
+    limit is checked by the same parser: the message is wrapped in ``1024 - max_depth`` arrays,
+    so that it fails exactly when the message nests deeper than ``max_depth``. Messages with no
+    more brackets than ``max_depth`` cannot be that deep and are decoded as they are. Raises
+    orjson.JSONDecodeError for invalid JSON, with the position in ``message`` itself.
+    """
+    pad = ORJSON_MAX_DEPTH - max_depth
+    # A big message has more brackets than any depth limit: counting them (some 10 ms for 16 MB)
+    # would only delay the padded decode.
+    few_brackets = len(message) <= _COUNT_BRACKETS_UP_TO and message.count(b"[") + message.count(b"{") <= max_depth
+    if pad == 0 or few_brackets:
+        try:
+            return orjson.loads(message)
+        except orjson.JSONDecodeError as exc:
+            if "depth limit" in str(exc):
+                raise TooDeep(max_depth) from None
+            raise
+    try:
+        value = orjson.loads(b"".join((b"[" * pad, message, b"]" * pad)))
+    except orjson.JSONDecodeError as exc:
+        if "depth limit" in str(exc):
+            raise TooDeep(max_depth) from None
+        return orjson.loads(message)  # raises again, with the position in the message itself
+    for _ in range(pad):
+        # A single element at every level, else the padding paired up with brackets of an
+        # invalid message (``1],[2``): decode it alone to raise its own error.
+        if len(value) != 1:
+            return orjson.loads(message)
+        value = value[0]
+    return value
+
+
+def _with_exact_integers(message: bytes, decoded: Any) -> Any:
+    """``message`` decoded by the json module when a request of ``decoded`` has a float ``id``: it
+    keeps integers beyond 64 bits that orjson reads as floats, and an ``id`` must come back as it
+    was sent. ``decoded`` if the json module cannot read it (nesting too deep for its recursion)."""
+    requests = decoded if type(decoded) is list else [decoded]
+    if not any(type(r) is dict and type(r.get("id")) is float for r in requests):
+        return decoded
+    import json
+
+    try:
+        return json.loads(message)
+    except (ValueError, RecursionError):
+        return decoded
+
+
+# -- the protocol ---------------------------------------------------------------------------------
+
+
+_CONTEXT_ONLY = inspect.Signature([inspect.Parameter("params", inspect.Parameter.POSITIONAL_ONLY)])
+
+
+class _Methods(dict):
+    """jsonrpcserver's method table: a method for every name; for an unknown one, the method that
+    answers so (a notification of one gets no answer, as for any notification)."""
+
+    def __missing__(self, name: str) -> Any:
+        shown = shorten(name)
+        return lambda params: Error(METHOD_NOT_FOUND, f"Method not found: '{shown}'", shown)
+
+
+class Protocol:
+    """JSON-RPC 2.0 message handling over the methods of :data:`bridge.stateless.METHODS` (and
+    ``debug.raise`` with ``debug_methods``) and the server state ``state``."""
+
+    def __init__(self, state: State, debug_methods: bool = False) -> None:
+        self.state = state
+        state.methods = {spec.name: spec for spec in stateless.METHODS}
+        if debug_methods:
+            state.methods[stateless.DEBUG_RAISE.name] = stateless.DEBUG_RAISE
+        self._methods = _Methods({name: self._method(name) for name in state.methods})
+        self._params = {
+            (variant.params, spec.positional): ParamsDecoder(variant.params, spec.positional)
+            for spec in state.methods.values()
+            for variant in spec.variants.values()
+        }
+        self._messages = MessageDecoder({spec.name: self._kinds(spec) for spec in state.methods.values()})
         self._decoded: Any = None
-        # jsonrpcserver's method table: every method of the bridge, bound to _invoke.
-        self._methods = {name: Method(name, self._invoke) for name in bridge.methods}
-        self._typed_requests = TypedRequestDecoder(bridge.candidate_params())
+
+    def _method(self, name: str) -> Any:
+        def method(params: Any) -> Any:  # jsonrpcserver calls it with the params as its context
+            return self._invoke(name, params)
+
+        # jsonrpcserver binds the call's arguments to the method's signature, which it computes
+        # anew for every call unless one is given (a third of a small call's time).
+        method.__signature__ = _CONTEXT_ONLY
+        return method
+
+    def _kinds(self, spec: MethodSpec) -> list[Any]:
+        models = dict.fromkeys(variant.params for variant in spec.variants.values())
+        return [kind for model in models for kind in self._params[model, spec.positional].kinds]
 
     def handle(self, message: bytes) -> bytes | None:
         """Answer one message (a request or a batch); None when there is nothing to answer.
@@ -165,22 +279,19 @@ class Protocol:
         The decoded message is kept until :meth:`release` (or the next message): freeing the
         objects of a big request takes tens of ms, better spent after its answer is sent.
         """
-        self._decoded = None
-        max_depth = self.bridge.limits.max_json_depth
-        decoded = self._typed_requests.decode(message, max_depth)
+        max_depth = self.state.limits.max_json_depth
+        self._decoded = decoded = self._messages.decode(message, max_depth)
         if decoded is None:
             try:
-                decoded = decode(message, max_depth)
+                self._decoded = decoded = _with_exact_integers(message, decode_json(message, max_depth))
             except orjson.JSONDecodeError as exc:
                 return self.encode(error_response(PARSE_ERROR, f"Parse error: {exc}"))
             except TooDeep as exc:
                 problem = f"JSON nested deeper than the limit of {exc} levels ({how_to_raise('max_json_depth')})"
                 return self.encode(error_response(INVALID_REQUEST, f"Invalid request: {problem}"))
-        if _has_float_id(decoded):
-            decoded = _with_exact_integers(message, decoded)
-        phases.mark("decode")
-        self._decoded = decoded
-        if isinstance(decoded, list):
+        if phases.timing:
+            phases.mark("decode")
+        if type(decoded) is list:
             if not decoded:
                 return self.encode(error_response(INVALID_REQUEST, "Invalid request: empty batch"))
             answers = [a for a in map(self._answer, decoded) if a is not None]
@@ -191,11 +302,10 @@ class Protocol:
     def release(self) -> None:
         """Free the last message's decoded objects (see :meth:`handle`)."""
         self._decoded = None
-        self._typed_requests.release()
 
     def oversize(self, size: int) -> bytes:
         """The answer to a message of ``size`` bytes over the limit (it was not read)."""
-        limit = self.bridge.max_message_bytes
+        limit = self.state.limits.max_message_bytes
         return self.encode(
             error_response(
                 INVALID_REQUEST,
@@ -220,28 +330,104 @@ class Protocol:
             return json.dumps(response, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
     def _answer(self, request: Any) -> dict | None:
-        problem = request_problem(request)
-        if problem is not None:
-            return error_response(INVALID_REQUEST, f"Invalid request: {problem}")
-        name = request["method"]
-        if name not in self._methods:
-            if "id" not in request:
-                return None
-            shown = shorten(name)
-            return error_response(METHOD_NOT_FOUND, f"Method not found: '{shown}'", shown, request["id"])
-        return dispatch_to_serializable(request, self._methods, deserializer=_checked, validator=_checked)
+        """Dispatch one request, a struct or decoded JSON, with its params as the context."""
+        if not isinstance(request, msgspec.Struct):
+            problem = request_problem(request)
+            if problem is not None:
+                return error_response(INVALID_REQUEST, f"Invalid request: {problem}")
+            envelope = {key: value for key, value in request.items() if key != "params"}
+            params = request.get("params", {})
+        else:
+            envelope = {"jsonrpc": "2.0", "method": self._messages.methods[type(request)]}
+            if request.id is not msgspec.UNSET:
+                envelope["id"] = request.id
+            params = {} if request.params is msgspec.UNSET else request.params
+        return _dispatcher.dispatch_to_response_pure(
+            deserializer=_as_it_is,
+            validator=_as_it_is,
+            post_process=_response.to_serializable_one,
+            context=params,
+            methods=self._methods,
+            request=envelope,
+        )
 
-    def _invoke(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
-        """Run one method for jsonrpcserver: positional params arrive as ``args``, named ones as
-        ``kwargs`` (no params, [] and {} alike); every failure becomes an error result."""
+    def _invoke(self, name: str, params: Any) -> Any:
+        """Run method ``name`` for jsonrpcserver; every failure becomes an error result."""
         try:
-            result = self.bridge.call(name, list(args) if args else kwargs)
+            result = self._call(self.state.methods[name], params)
         except Exception as exc:  # bugs are logged by error_for
             error = error_for(exc)
             return Error(error.code, error.message, NODATA if error.data is None else error.data)
         return Success(result)
 
+    def _call(self, spec: MethodSpec, params: Any) -> Any:
+        """Run ``spec`` with ``params``: a struct (the strict decoder took them) or decoded JSON (an
+        array or an object). Changes state only once the params passed every check."""
+        typed = type(params) is not list and type(params) is not dict
+        if spec.stateful:
+            handle = params.scheduler if typed else _handle(params)
+            variant = self._variant(spec, handle)
+            if self.state.staged and spec.name not in STAGING_METHODS:
+                # Staged candidates were expanded on the state of their staging: any other call on
+                # the scheduler (a mutation, say) discards them.
+                self.state.staged.pop(handle, None)
+        else:
+            variant = spec.variants[ANY_MODE]
+        params = self._typed(spec, variant, params, typed)
+        if phases.timing:
+            phases.mark("validate")
+        result = variant.run(self.state, params)
+        if phases.timing:
+            # Without this mark a method that marks no phase of its own would have its work
+            # counted as the next phase, "encode" (scoring, for example, under scheduler.*).
+            phases.mark("run")
+        return result
 
-def _checked(request: Any) -> Any:
+    def _variant(self, spec: MethodSpec, handle: Any) -> Variant:
+        if not isinstance(handle, str):
+            problem = "Field required" if handle is None else "Input should be a valid string (a scheduler handle)"
+            raise ParamsError([("scheduler", problem)])
+        mode = self.state.scheduler(handle).mode
+        if mode not in spec.variants:
+            raise MethodUnavailableError(spec.name, mode, handle)
+        return spec.variants[mode]
+
+    def _typed(self, spec: MethodSpec, variant: Variant, params: Any, typed: bool) -> Any:
+        """The params as a struct of the variant's model, size limits checked: those the strict
+        decoder took as they are (when its model's checks pass them), all others by the models."""
+        decoder = self._params[variant.params, spec.positional]
+        if not (typed or params):  # none given ([] and {} alike)
+            params = decoder.decode(b"{}") or params
+            typed = type(params) is not dict
+        if typed and type(params) in decoder.structs and decoder.checked(params) is not None:
+            check_call_sizes(params, self.state.limits)
+            return params
+        if typed:  # decoded as another mode's params, or refused by a check left after decoding
+            params = msgspec.json.decode(msgspec.json.encode(params))  # JSON texts kept as they came
+        if type(params) is list:
+            params = _named(spec, variant, params)
+        check_call_sizes(params, self.state.limits)  # before the models spend time and memory
+        return decoder.from_models(params)
+
+
+def _handle(params: list | dict) -> Any:
+    """The handle among decoded JSON params (None if there is none)."""
+    if type(params) is list:
+        return params[0] if params else None
+    return params.get("scheduler")
+
+
+def _named(spec: MethodSpec, variant: Variant, params: list) -> dict:
+    """Positional params by their names (the model's field order)."""
+    names = [f.alias or name for name, f in variant.params.model_fields.items()]
+    if params and not spec.positional:
+        raise ParamsError([("params", f"'{spec.name}' takes named params (an object), not an array")])
+    if len(params) > len(names):
+        problem = f"too many params for '{spec.name}': {len(params)} given, at most {len(names)} ({', '.join(names)})"
+        raise ParamsError([("params", problem)])
+    return dict(zip(names, params))
+
+
+def _as_it_is(request: Any) -> Any:
     """jsonrpcserver's deserializer and validator: the request arrives decoded and checked."""
     return request

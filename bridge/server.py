@@ -30,8 +30,8 @@ from typing import IO
 from . import memory, phases
 from .errors import shorten
 from .limits import ServerLimits
-from .methods import Bridge
 from .protocol import INTERNAL_ERROR, Protocol, error_response
+from .schedulers import State
 from .transport import Frame, FrameReader, FrameWriter, enlarge_pipe
 
 log = logging.getLogger("crs-bridge")
@@ -150,8 +150,8 @@ def serve(
     memory.keep_freed_memory()  # no page faults for every call's arrays
     skip_pydantic_plugin_discovery()
     limits = limits or ServerLimits()
-    bridge = Bridge(limits=limits, debug_methods=debug_methods)
-    protocol = Protocol(bridge)
+    state = State(limits=limits)
+    protocol = Protocol(state, debug_methods)
     writer = _GuardedWriter(_protect_stdout(), signals)
     enlarge_pipe(in_fd)  # big requests arrive in a few reads, not dozens
     reader = FrameReader(in_fd, limits.max_message_bytes, before_wait=writer.flush)
@@ -161,7 +161,7 @@ def serve(
     try:
         for frame in reader:
             _answer(frame, protocol, writer, tracer)
-            if bridge.shutdown_requested:
+            if state.shutdown_requested:
                 break
         writer.flush()
     except Terminated:
@@ -185,7 +185,8 @@ def _answer(frame: Frame, protocol: Protocol, writer: FrameWriter, tracer: Trace
     try:
         try:
             answer = protocol.oversize(frame.size) if frame.body is None else protocol.handle(frame.body)
-            phases.mark("encode")
+            if phases.timing:
+                phases.mark("encode")
         except Exception as exc:  # a bug outside any method (methods' own are answered by the protocol)
             log.error("internal error handling a message (a bug in crs-bridge)", exc_info=exc)
             reply = error_response(INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {shorten(exc, 500)}")

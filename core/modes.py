@@ -36,17 +36,11 @@ from .usage import Aggregation, NodeView, Resource, Usage
 Candidates = Sequence[CompactCandidate | MigrationCandidate] | CandidateColumns | CompactColumns
 
 
-def _checked(stats: NodeStats | ResourceStats, where: str, trusted: bool = False):
+def _checked(stats: NodeStats | ResourceStats, where: str):
     """``stats`` re-validated (README decision 4): typed stats can be built without ``checked``,
-    and a zero capacity or a NaN must not reach the usage or a score.
-
-    ``trusted``: the caller built ``stats`` from values it already checked against the bounds of
-    :mod:`core.limits` (the bridge's wire models do, see ``bridge/models.py``), so they are taken
-    as they are. The mutators below take it as a keyword; their semantic checks (names,
-    duplicates, placement, aggregated memory) run either way.
+    and a zero capacity or a NaN must not reach the usage or a score. (:class:`Usage` takes stats
+    as they are: a caller that checked them already may add them there.)
     """
-    if trusted:
-        return stats
     return type(stats).checked(stats.cpu, stats.maxcpu, stats.mem, stats.maxmem, where=where)
 
 
@@ -84,12 +78,10 @@ class Scheduler:
         """Imbalance of the current node loads (fraction; formula of this scheduler)."""
         return calculate_node_imbalance(self.view(), self.formula)
 
-    def add_resources(self, rows: Sequence[tuple[str, Resource]], *, trusted: bool = False) -> None:
+    def add_resources(self, rows: Sequence[tuple[str, Resource]]) -> None:
         """Add ``(sid, resource)`` rows in order, as :meth:`_add_resource` one by one would (a
-        snapshot's resources, say); ``trusted``: see :func:`_checked`."""
-        if not trusted:
-            rows = [(sid, _checked_resource(res, "resource.stats")) for sid, res in rows]
-        self.usage.add_resources(rows)
+        snapshot's resources, say); stats checked as :func:`_checked` checks them."""
+        self.usage.add_resources([(sid, _checked_resource(res, "resource.stats")) for sid, res in rows])
 
     def candidate_batch(self, candidates: Candidates) -> CandidateBatch:
         """Expand compact candidates (or take expanded ones) over the balancing view."""
@@ -137,10 +129,9 @@ class StaticScheduler(Scheduler):
     balance_view = Aggregation.STARTED
     start_view = Aggregation.STARTED
 
-    def add_node(self, nodename: str, maxcpu: int, maxmem: int, *, trusted: bool = False) -> None:
-        """Add a node with ``maxcpu`` cores and ``maxmem`` bytes and no base usage (``trusted``:
-        see :func:`_checked`)."""
-        self.usage.add_node(nodename, _checked(NodeStats(0.0, maxcpu, 0, maxmem), "node", trusted))
+    def add_node(self, nodename: str, maxcpu: int, maxmem: int) -> None:
+        """Add a node with ``maxcpu`` cores and ``maxmem`` bytes and no base usage."""
+        self.usage.add_node(nodename, _checked(NodeStats(0.0, maxcpu, 0, maxmem), "node"))
 
     def add_service(
         self,
@@ -149,17 +140,13 @@ class StaticScheduler(Scheduler):
         running: bool,
         current: str,
         target: str | None = None,
-        *,
-        trusted: bool = False,
     ) -> None:
         """Add a service (``stats`` from :meth:`ResourceStats.static`); moving when ``target`` is set."""
-        self._add_resource(sid, _checked(stats, "service.stats", trusted), running, current, target)
+        self._add_resource(sid, _checked(stats, "service.stats"), running, current, target)
 
-    def add_service_usage_to_node(
-        self, nodename: str, sid: str, stats: ResourceStats, *, trusted: bool = False
-    ) -> None:
+    def add_service_usage_to_node(self, nodename: str, sid: str, stats: ResourceStats) -> None:
         """Legacy add; see :meth:`Usage.add_resource_usage_to_node`."""
-        self.usage.add_resource_usage_to_node(nodename, sid, _checked(stats, "service_stats", trusted))
+        self.usage.add_resource_usage_to_node(nodename, sid, _checked(stats, "service_stats"))
 
     def remove_service_usage(self, sid: str) -> None:
         self.usage.remove_resource(sid)
@@ -176,9 +163,9 @@ class DynamicScheduler(Scheduler):
     balance_view = Aggregation.IDENTITY
     start_view = Aggregation.STARTING_AS_STARTED
 
-    def add_node(self, nodename: str, stats: NodeStats, *, trusted: bool = False) -> None:
+    def add_node(self, nodename: str, stats: NodeStats) -> None:
         """Add a node with measured ``stats`` (cores and bytes in use, capacities)."""
-        self.usage.add_node(nodename, _checked(stats, "stats", trusted))
+        self.usage.add_node(nodename, _checked(stats, "stats"))
 
     def add_resource(
         self,
@@ -187,11 +174,9 @@ class DynamicScheduler(Scheduler):
         running: bool,
         current: str,
         target: str | None = None,
-        *,
-        trusted: bool = False,
     ) -> None:
         """Add a resource with measured ``stats``; moving when ``target`` is set."""
-        self._add_resource(sid, _checked(stats, "resource.stats", trusted), running, current, target)
+        self._add_resource(sid, _checked(stats, "resource.stats"), running, current, target)
 
     def remove_resource(self, sid: str) -> None:
         self.usage.remove_resource(sid)

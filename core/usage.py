@@ -125,7 +125,12 @@ class _Node:
 
 
 class Usage:
-    """Nodes with their base stats, resources with their placement; both in insertion order."""
+    """Nodes with their base stats, resources with their placement; both in insertion order.
+
+    Stats are taken as they are: values within the bounds of :mod:`core.limits`, with capacities
+    above 0, as :meth:`NodeStats.checked` and :meth:`ResourceStats.checked` build them (the
+    schedulers' methods check them first; a caller that checked them already adds them here).
+    Names, placement and aggregated memory are checked here."""
 
     def __init__(self) -> None:
         self._nodes: dict[str, _Node] = {}

@@ -123,10 +123,10 @@ def test_the_server_validates_without_looking_for_pydantic_plugins():
     script = """
 import sys
 from crs_bridge.bridge.server import skip_pydantic_plugin_discovery
-from crs_bridge.bridge.methods import Bridge
 from crs_bridge.bridge.protocol import Protocol
+from crs_bridge.bridge.schedulers import State
 print(skip_pydantic_plugin_discovery(), skip_pydantic_plugin_discovery())
-protocol = Protocol(Bridge())
+protocol = Protocol(State())
 print(protocol.handle(b'{"jsonrpc":"2.0","id":1,"method":"scheduler.new","params":{"mode":"static"}}').decode())
 print(protocol.handle(b'{"jsonrpc":"2.0","id":2,"method":"scheduler.new","params":{"mode":"x"}}').decode())
 print("importlib.metadata" in sys.modules)

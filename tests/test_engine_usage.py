@@ -205,11 +205,11 @@ def test_add_resources_equals_adding_one_by_one(make, failure):
     assert snapshot(bulk) == snapshot(single)
 
 
-def test_add_resources_checks_stats_unless_trusted():
+def test_add_resources_checks_stats():
     bad = ResourceStats(float("nan"), 1.0, 0, 0)
     s = dynamic_abc()
     fails_unchanged(s, lambda: s.add_resources([("vm:1", Resource(bad, True, "A"))]), InvalidInputError)
-    s.add_resources([("vm:1", Resource(SERVICE, True, "A"))], trusted=True)
+    s.add_resources([("vm:1", Resource(SERVICE, True, "A"))])
     assert list(s.usage.resources()) == ["vm:1"]
 
 

@@ -3,9 +3,16 @@ notifications, unknown methods and internal errors."""
 
 from __future__ import annotations
 
+import os
+import select
+import subprocess
+import sys
+
+import orjson
 import pytest
 
 from crs_bridge.client import BridgeClient
+from tests import ROOT
 
 
 @pytest.fixture(scope="module")
@@ -110,9 +117,27 @@ def test_unknown_method_is_named(bridge):
     assert code == -32601 and "'score_best_balancing_migration'" in message
 
 
-def test_internal_error_is_logged_and_the_server_keeps_serving(bridge):
-    code, message = error_of(bridge.request("debug.raise"))
-    assert code == -32603 and "RuntimeError" in message
-    assert bridge.call("bridge.info")["name"] == "crs-bridge"
-    log = bridge.stderr()
-    assert "Traceback" in log and "debug.raise" in log
+def test_internal_error_is_logged_and_the_server_keeps_serving():
+    """The server logs from a writer thread of its own (bridge.logsink), whenever that runs: its
+    stderr is read until the record has arrived, each read waiting for data (the wait is bounded
+    only so that a missing record fails the test instead of hanging it)."""
+    command = [sys.executable, "-m", "crs_bridge", "serve", "--debug-methods"]
+    server = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    try:
+        server.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"debug.raise"}\n')
+        server.stdin.write(b'{"jsonrpc":"2.0","id":2,"method":"bridge.info"}\n')
+        server.stdin.flush()
+        code, message = error_of(orjson.loads(server.stdout.readline()))
+        assert code == -32603 and "RuntimeError" in message
+        assert orjson.loads(server.stdout.readline())["result"]["name"] == "crs-bridge"
+        log = b""
+        while not (b"Traceback" in log and b"debug.raise" in log):
+            ready, _, _ = select.select([server.stderr], [], [], 60)
+            chunk = os.read(server.stderr.fileno(), 1 << 16) if ready else b""
+            assert chunk, f"no log record of the internal error; stderr so far: {log!r}"
+            log += chunk
+    finally:
+        server.stdin.close()
+        server.wait(60)
+        server.stdout.close()
+        server.stderr.close()

@@ -1,13 +1,5 @@
-"""The compact-bundle bulk paths agree with the one-at-a-time paths they stand in for.
-
-* :func:`bridge.fastpath.compact_columns` against the pydantic models (the wire schema): it may
-  only accept what :class:`bridge.models.CompactCandidate` accepts, with the same names; whatever
-  it turns down goes to the models, so a call's errors are the models' own.
-* :func:`core.candidates.expand_compact_columns` against :func:`core.candidates.expand_compact`
-  on the bundles as objects: the same batch, or the same error.
-
-The expected side is always the slow path, never a hard-coded result.
-"""
+"""Bundles as columns in the engine: expanded as the bundle objects are, target lists given as
+lists or keyed by their text (:class:`core.candidates.RepeatedLists`)."""
 
 from __future__ import annotations
 
@@ -16,92 +8,12 @@ import struct
 
 import numpy as np
 import orjson
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pydantic import ValidationError
 
-from crs_bridge.bridge import convert, fastpath
-from crs_bridge.bridge import models as m
-from crs_bridge.bridge.errors import ParamsError
-from crs_bridge.bridge.methods import Bridge
 from crs_bridge.core import CompactColumns, InvalidInputError, NodeStats, ResourceStats, SchedulingError, new_scheduler
 from crs_bridge.core.candidates import RepeatedLists, expand_compact, expand_compact_columns
 from crs_bridge.core.limits import MAX_BYTES
-
-# -- the fast path against the models ---------------------------------------------------------
-
-# Values of every kind a JSON decoder can hand over where a name belongs, valid and not.
-NAMES = st.sampled_from(["n1", "n2", "vm:1", "vm:2", "ü-ñode", "", 1, 1.5, None, True, ["n1"], {"a": 1}])
-NAME_LISTS = st.one_of(st.lists(NAMES, max_size=4), st.sampled_from([None, "n1", 3, {"n1": 1}]))
-
-
-@st.composite
-def bundle_records(draw):
-    record = {"leader": draw(NAMES), "resources": draw(NAME_LISTS), "nodes": draw(NAME_LISTS)}
-    for key in draw(st.sets(st.sampled_from(list(record)), max_size=1)):
-        del record[key]  # sometimes a key is missing
-    if draw(st.booleans()):
-        record["extra"] = draw(st.sampled_from([1, "x", None]))  # unknown keys are ignored
-    return record
-
-
-def model_bundles(candidates: list) -> list:
-    """The models' validation of ``candidates`` as a call's param (raises ValidationError)."""
-    params = m.ScoreCandidatesParams.model_validate({"scheduler": "s1", "candidates": candidates, "limit": 1})
-    return params.candidates
-
-
-def check_agreement(candidates: list) -> CompactColumns | None:
-    """The fast path accepts only what the models accept, with the same names; returns its columns."""
-    fast = fastpath.compact_columns(candidates)
-    try:
-        slow = model_bundles(candidates)
-    except ValidationError:
-        assert fast is None
-        return None
-    if fast is not None:
-        assert fast.bundles() == convert.candidates_to_core(slow)
-    return fast
-
-
-@given(st.lists(bundle_records(), min_size=1, max_size=5))
-def test_fast_path_accepts_only_what_the_models_accept(candidates):
-    check_agreement(candidates)
-
-
-VALID = st.sampled_from(["n1", "vm:1", "ü-ñode", "0", 'a"b'])
-
-
-VALID_BUNDLES = st.fixed_dictionaries({"leader": VALID, "resources": st.lists(VALID), "nodes": st.lists(VALID)})
-
-
-@given(st.lists(VALID_BUNDLES, min_size=1))
-def test_plain_valid_bundles_take_the_fast_path(candidates):
-    assert check_agreement(candidates) is not None
-
-
-def test_expanded_candidates_and_non_lists_are_not_taken_for_bundles():
-    expanded = [{"sid": "vm:1", "source-node": "n1", "target-node": "n2", "stats": {}}]
-    assert fastpath.compact_columns(expanded) is None
-    assert fastpath.compact_columns([]) is None
-    assert fastpath.compact_columns({"leader": "vm:1"}) is None
-    assert fastpath.compact_columns(["vm:1"]) is None
-
-
-def test_a_call_names_a_bad_bundle_deep_in_a_big_list_as_the_models_do():
-    bridge = Bridge()
-    handle = bridge.call("scheduler.new", {"mode": "static"})["scheduler"]
-    candidates = [{"leader": f"vm:{i}", "resources": [f"vm:{i}"], "nodes": ["n2", "n3"]} for i in range(500)]
-    candidates[321]["nodes"][1] = 7
-    params = {"scheduler": handle, "candidates": candidates, "limit": 1}
-    with pytest.raises(ParamsError) as call:
-        bridge.call("scheduler.score_best_balancing_migration_candidates", params)
-    with pytest.raises(ValidationError) as models:
-        model_bundles(candidates)
-    assert call.value.errors == ParamsError.from_validation(models.value).errors
-    assert call.value.errors[0][0] == "candidates[321].nodes[1]"
-
 
 # -- expansion from columns against expansion of objects ----------------------------------------
 
@@ -178,7 +90,7 @@ def bundle_columns_with_shared_targets(draw):
 
 def keyed_by_text(columns: CompactColumns) -> CompactColumns:
     """The columns with their target lists as :class:`RepeatedLists` keyed by JSON text, as
-    :mod:`bridge.fastdecode` hands them over."""
+    a decoder may hand them over."""
     keys = [orjson.dumps(names) for names in columns.nodes]
     lists = {key: tuple(names) for key, names in zip(keys, columns.nodes)}
     return CompactColumns(columns.leaders, columns.resources, RepeatedLists(keys, lists))

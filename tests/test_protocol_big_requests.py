@@ -1,5 +1,5 @@
-"""The fast paths through the real server: bulk-validated expanded candidates, the dispatch
-without jsonrpcserver, and the opt-in phase timing of ``serve --trace``."""
+"""Big requests through the real server: expanded candidates scored as their bundles, a bad value
+deep in a big list named, notifications, and the opt-in phase timing of ``serve --trace``."""
 
 from __future__ import annotations
 

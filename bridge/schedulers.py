@@ -1,0 +1,348 @@
+"""The live schedulers: the server's state (handles, staged candidates) and the ``scheduler.*``
+methods that change or read one, mutations in bulk (``scheduler.apply``) and staging included.
+
+Every call changes state at most once, through one engine operation that is itself atomic, and
+only after all params were decoded and checked.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core import CandidateBatch, InvalidInputError, Scheduler, SchedulingError, new_scheduler
+from ..core.candidates import concat_batches
+from ..core.scheduler import score_migrations
+from . import models as m
+from . import wire
+from .errors import MutationError, ParamsError, UnknownHandleError
+from .limits import ServerLimits, how_to_raise
+from .registry import MethodSpec, Variant, both, on_scheduler, stateless
+
+
+@dataclass
+class Staging:
+    """Candidates staged for one scheduler: the expanded parts in order, and how many entries
+    (bundles or expanded candidates) of the staged lists they came from."""
+
+    count: int = 0
+    parts: list[CandidateBatch] = field(default_factory=list)
+
+
+@dataclass
+class State:
+    """The server's state: live schedulers by handle, their staged candidates, the limits."""
+
+    limits: ServerLimits = field(default_factory=ServerLimits)
+    schedulers: dict[str, Scheduler] = field(default_factory=dict)
+    #: Candidates staged per handle (``scheduler.stage_candidates``).
+    staged: dict[str, Staging] = field(default_factory=dict)
+    shutdown_requested: bool = False
+    #: The methods in force, by name (:mod:`bridge.stateless` lists them).
+    methods: dict[str, MethodSpec] = field(default_factory=dict)
+    #: Their OpenRPC document, once ``rpc.discover`` asked for it.
+    document: dict | None = None
+    _handles: itertools.count = field(default_factory=lambda: itertools.count(1))
+
+    def scheduler(self, handle: str) -> Scheduler:
+        """The live scheduler behind ``handle`` (UnknownHandleError if none)."""
+        try:
+            return self.schedulers[handle]
+        except KeyError:
+            raise UnknownHandleError(handle) from None
+
+    def new_handle(self, scheduler: Scheduler) -> str:
+        """Register ``scheduler`` under a fresh handle (``s1``, ``s2``, ...; never reused)."""
+        handle = f"s{next(self._handles)}"
+        self.schedulers[handle] = scheduler
+        return handle
+
+
+# -- mutations: one call each, or many at once ------------------------------------------------
+
+
+def _add(method: str, record: str) -> Callable[[Any, Any], None]:
+    """The mutator of ``add_service``/``add_resource``, whose resource is the param ``record``."""
+
+    def add(s: Any, args: Any) -> None:
+        resource = wire.placed(getattr(args, record))
+        getattr(s, method)(args.sid, resource.stats, resource.running, resource.current, resource.target)
+
+    return add
+
+
+#: mode -> method -> ``mutate(scheduler, args)``, ``args`` the single call's params (or a
+#: ``scheduler.apply`` entry: the same names); the methods of :data:`bridge.models.MUTATIONS`.
+MUTATORS: dict[str, dict[str, Callable[[Any, Any], None]]] = {
+    "static": {
+        "add_node": lambda s, a: s.add_node(a.nodename, a.maxcpu, a.maxmem),
+        "remove_node": lambda s, a: s.remove_node(a.nodename),
+        "add_service": _add("add_service", "service"),
+        "add_service_usage_to_node": lambda s, a: s.add_service_usage_to_node(
+            a.nodename, a.sid, wire.resource_stats(a.service_stats)
+        ),
+        "remove_service_usage": lambda s, a: s.remove_service_usage(a.sid),
+    },
+    "dynamic": {
+        "add_node": lambda s, a: s.add_node(a.nodename, wire.node_stats(a.stats)),
+        "remove_node": lambda s, a: s.remove_node(a.nodename),
+        "add_resource": _add("add_resource", "resource"),
+        "remove_resource": lambda s, a: s.remove_resource(a.sid),
+    },
+}
+
+#: mode -> the mutation that adds a resource (what a round sends by the thousand).
+_ADDS = {"static": ("add_service", "service"), "dynamic": ("add_resource", "resource")}
+
+
+def _method(entry: Any) -> str:
+    return entry.__struct_config__.tag
+
+
+def apply(scheduler: Scheduler, mode: str, entries: list) -> None:
+    """Run the ``scheduler.apply`` ``entries`` on ``scheduler`` (of ``mode``) in order, all or nothing.
+
+    They run on a copy of the usage, which replaces the scheduler's only when every one
+    succeeded; the first failure is raised as a :class:`~bridge.errors.MutationError` naming its
+    entry, and the scheduler is unchanged. Runs of resource adds (a round's guests) go to the
+    engine in bulk (:meth:`~core.Scheduler.add_resources`, documented as the adds one by one);
+    should that fail, the entries run again one by one on a fresh copy, which names the failing one.
+    """
+    trial = _trial(scheduler)
+    try:
+        _run_in_bulk(trial, mode, entries)
+    except (SchedulingError, InvalidInputError):
+        trial = _trial(scheduler)
+        mutators = MUTATORS[mode]
+        for index, entry in enumerate(entries):
+            try:
+                mutators[_method(entry)](trial, entry)
+            except (SchedulingError, InvalidInputError) as exc:
+                raise MutationError(index, _method(entry), exc) from None
+    scheduler.usage = trial.usage
+
+
+def _trial(scheduler: Scheduler) -> Scheduler:
+    trial = copy.copy(scheduler)
+    trial.usage = scheduler.usage.copy()
+    return trial
+
+
+def _run_in_bulk(trial: Scheduler, mode: str, entries: list) -> None:
+    mutators, (adds, record) = MUTATORS[mode], _ADDS[mode]
+    for method, run in itertools.groupby(entries, key=_method):
+        if method == adds:
+            # Checked by the models' bounds already: the usage takes them as they are.
+            trial.usage.add_resources([(entry.sid, wire.placed(getattr(entry, record))) for entry in run])
+        else:
+            for entry in run:
+                mutators[method](trial, entry)
+
+
+def _single_call(method: str, summary: str) -> MethodSpec:
+    """``scheduler.<method>``: the mutation ``method`` alone, in each mode that has it."""
+    modes = {mode: (m.MUTATIONS[mode][method], run[method]) for mode, run in MUTATORS.items() if method in run}
+    return on_scheduler(method, summary, None, **modes)
+
+
+def _scored_list(scored: list) -> list[dict]:
+    return [s.to_wire() for s in scored]
+
+
+def _scored_or_none(scored: Any) -> dict | None:
+    return None if scored is None else scored.to_wire()
+
+
+def _start_scores(scores: list[tuple[str, float]]) -> list[list]:
+    return [[name, score] for name, score in scores]
+
+
+def _candidates(p: Any) -> Any:
+    return wire.candidate_columns(p.candidates)
+
+
+ScoredList = list[m.ScoredMigration]
+ScoredOrNone = m.ScoredMigration | None
+
+STATEFUL = [
+    _single_call(
+        "add_node", "Add a node: static (nodename, maxcpu cores, maxmem bytes); dynamic (nodename, measured stats)."
+    ),
+    _single_call(
+        "remove_node",
+        "Remove a node (unknown: no-op); its stationary resources go, moving ones stay on the other node.",
+    ),
+    on_scheduler(
+        "list_nodes",
+        "Node names in insertion order.",
+        list[str],
+        **both(m.SchedulerParams, lambda s, p: s.list_nodes()),
+    ),
+    on_scheduler(
+        "contains_node",
+        "Whether the node exists.",
+        bool,
+        **both(m.NodeNameParams, lambda s, p: s.contains_node(p.nodename)),
+    ),
+    _single_call("add_service", "Static: add a service (moving when target-node is set)."),
+    _single_call(
+        "add_service_usage_to_node",
+        "Static legacy add: unknown sid -> started on nodename; known stationary sid -> moving there.",
+    ),
+    _single_call("remove_service_usage", "Static: remove a service (unknown: no-op)."),
+    _single_call("add_resource", "Dynamic: add a resource (moving when target-node is set)."),
+    _single_call("remove_resource", "Dynamic: remove a resource (unknown: no-op)."),
+    on_scheduler(
+        "apply",
+        "Extra: the mutations [[method, args...], ...] (add_node, remove_node, add_service/add_resource, "
+        "add_service_usage_to_node, remove_service_usage/remove_resource; args as scheduler.<method>'s "
+        "after the handle) in order, in one call, all or nothing; a failing entry's error has "
+        "data.index and data.method, a -32602 names it (mutations[3].nodename).",
+        None,
+        static=(m.StaticApplyParams, lambda s, p: apply(s, "static", p.mutations)),
+        dynamic=(m.DynamicApplyParams, lambda s, p: apply(s, "dynamic", p.mutations)),
+    ),
+    on_scheduler(
+        "calculate_node_imbalance",
+        "Imbalance of the node loads (the scheduler's formula).",
+        float,
+        **both(m.SchedulerParams, lambda s, p: s.calculate_node_imbalance()),
+    ),
+    on_scheduler(
+        "score_best_balancing_migration_candidates",
+        "Bruteforce: the limit migrations leaving the lowest imbalance, best first.",
+        ScoredList,
+        **both(
+            m.ScoreCandidatesParams,
+            lambda s, p: _scored_list(s.score_best_balancing_migration_candidates(_candidates(p), p.limit)),
+        ),
+    ),
+    on_scheduler(
+        "score_best_balancing_migration_candidates_topsis",
+        "TOPSIS: the first limit migrations in TOPSIS rank order.",
+        ScoredList,
+        **both(
+            m.ScoreCandidatesParams,
+            lambda s, p: _scored_list(s.score_best_balancing_migration_candidates_topsis(_candidates(p), p.limit)),
+        ),
+    ),
+    on_scheduler(
+        "score_nodes_to_start_service",
+        "Static: [[node, score]] in node order for starting a service; higher is better.",
+        list[m.StartScore],
+        static=(
+            m.StartServiceParams,
+            lambda s, p: _start_scores(s.score_nodes_to_start_service(wire.resource_stats(p.service_stats))),
+        ),
+    ),
+    on_scheduler(
+        "score_nodes_to_start_resource",
+        "Dynamic: [[node, score]] in node order for starting a resource; higher is better.",
+        list[m.StartScore],
+        dynamic=(
+            m.StartResourceParams,
+            lambda s, p: _start_scores(s.score_nodes_to_start_resource(wire.resource_stats(p.resource_stats))),
+        ),
+    ),
+    on_scheduler(
+        "select_best_balancing_migration",
+        "Extra: the first candidate (input order) at or under imbalance_threshold, else the best; "
+        "null without candidates.",
+        ScoredOrNone,
+        **both(
+            m.SelectCandidatesParams,
+            lambda s, p: _scored_or_none(s.select_best_balancing_migration(_candidates(p), p.imbalance_threshold)),
+        ),
+    ),
+    on_scheduler(
+        "select_best_balancing_migration_topsis",
+        "Extra: the TOPSIS-best migration; null without candidates.",
+        ScoredOrNone,
+        **both(
+            m.SelectTopsisParams,
+            lambda s, p: _scored_or_none(s.select_best_balancing_migration_topsis(_candidates(p))),
+        ),
+    ),
+]
+
+
+# -- staged candidates: a long candidate list sent in parts, expanded while the rest is built ---
+
+
+def _stage_candidates(state: State, p: Any) -> int:
+    scheduler = state.scheduler(p.scheduler)
+    staged = state.staged.pop(p.scheduler, None)  # a failing call leaves nothing staged
+    part = scheduler.candidate_batch(_candidates(p))
+    staging = staged if p.append and staged is not None else Staging()
+    rows = sum(map(len, staging.parts)) + len(part)
+    if rows > state.limits.max_candidates:
+        problem = f"{rows} staged expanded candidates exceed the limit of {state.limits.max_candidates} per call"
+        raise ParamsError([("candidates", f"{problem} ({how_to_raise('max_candidates')})")])
+    staging.parts.append(part)
+    staging.count += len(p.candidates)
+    state.staged[p.scheduler] = staging
+    return staging.count
+
+
+def _score_staged(state: State, p: Any) -> list[dict]:
+    scheduler = state.scheduler(p.scheduler)
+    staging = state.staged.pop(p.scheduler, None) or Staging()
+    if staging.count != p.count:
+        problem = f"{staging.count} candidates are staged, not {p.count} (a failed or lost staging: stage them again)"
+        raise ParamsError([("count", problem)])
+    batch = concat_batches(staging.parts) if staging.parts else scheduler.candidate_batch([])
+    return _scored_list(score_migrations(batch, p.limit, p.method, scheduler.formula))
+
+
+def _staging(name: str, summary: str, result: Any, model: type[m.Params], run: Callable) -> MethodSpec:
+    variant = Variant(model, run)
+    return MethodSpec(f"scheduler.{name}", summary, result, {"static": variant, "dynamic": variant})
+
+
+STAGING = [
+    _staging(
+        "stage_candidates",
+        "Extra: expand candidates (a part of a long list) on the scheduler's state and keep them for "
+        "score_staged_candidates; append=false starts afresh. Returns the entries staged in all. Any other "
+        "call on the scheduler discards them.",
+        int,
+        m.StageCandidatesParams,
+        _stage_candidates,
+    ),
+    _staging(
+        "score_staged_candidates",
+        "Extra: score the staged candidates as score_best_balancing_migration_candidates[_topsis] scores "
+        "the whole list (method), if count entries are staged; the staging is then consumed.",
+        ScoredList,
+        m.ScoreStagedParams,
+        _score_staged,
+    ),
+]
+
+#: The methods that keep a scheduler's staged candidates.
+STAGING_METHODS = frozenset(spec.name for spec in STAGING)
+
+
+# -- creating and freeing schedulers ------------------------------------------------------------
+
+
+def _free(state: State, p: Any) -> bool:
+    state.scheduler(p.scheduler)
+    del state.schedulers[p.scheduler]
+    state.staged.pop(p.scheduler, None)
+    return True
+
+
+LIFECYCLE = [
+    stateless(
+        "scheduler.new",
+        "Create an empty scheduler; returns its handle.",
+        m.SchedulerHandle,
+        m.NewSchedulerParams,
+        lambda state, p: {"scheduler": state.new_handle(new_scheduler(p.mode, p.imbalance))},
+    ),
+    stateless("scheduler.free", "Release a scheduler; its handle becomes unknown.", bool, m.SchedulerParams, _free),
+]

@@ -1,0 +1,523 @@
+"""The wire records: typed structs generated from :mod:`bridge.models`, the strict decoder of whole
+messages made of them, and the engine values of the records.
+
+The pydantic models are the one declaration of every wire shape. From each model this module
+generates a msgspec struct with the model's field names, wire names (aliases), types, bounds and
+defaults; msgspec decodes a whole request straight into them (envelope, params, records) and checks
+every value as it parses. That decoder is strict: it refuses what the models accept only by
+changing the value (an integral float as a byte count, ``running`` by Perl truthiness, an unknown
+key they ignore) and what it cannot measure (nesting beyond the depth limit).
+A refused request goes to the models, in one place (:meth:`ParamsDecoder.from_models`): they accept
+the lax cases and word every error, and what they accept is decoded into the same structs. So a
+handler gets one type per param, whichever way the request came in.
+
+The generator knows the models' few validators (:data:`_VALIDATORS`) and fails at import on any
+other, so a rule added to the models cannot be skipped here unnoticed. ``tests/test_wire.py`` checks
+the one property that matters: over requests drawn from the schema, the strict decoder accepts
+only what the models accept, with the same values.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from operator import attrgetter
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+import annotated_types as at
+import msgspec
+import numpy as np
+from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
+
+from ..core import (
+    CandidateColumns,
+    CompactColumns,
+    InvalidInputError,
+    NodeStats,
+    Resource,
+    ResourceStats,
+    Scheduler,
+    new_scheduler,
+)
+from . import models as m
+from .errors import ParamsError
+from .limits import how_to_raise
+
+# -- generating the structs -------------------------------------------------------------------
+
+#: The models' validators, and what the strict decoder does for each: a ``lax`` one widens what the
+#: models accept (the strict types refuse the widened inputs, which then go to the models); an
+#: ``errors`` one only shapes the errors of the models; an ``exactly one`` one is checked on the
+#: struct (:meth:`ParamsDecoder.checked`).
+_VALIDATORS = {
+    m._integral_float_to_int: "lax",
+    m._perl_truth: "lax",
+    m._in_parts: "errors",
+    m.ClusterParams._exactly_one_cluster: "exactly one",  # of the model's exactly_one fields
+}
+#: Fields whose lists repeat from record to record (an HA round's bundles list every node but the
+#: guest's own: a few dozen distinct lists for thousands of bundles). The strict decoder keeps each
+#: as JSON text; :meth:`ParamsDecoder.checked` decodes (checks) each distinct text once, by the
+#: field's own type, into one tuple that the records with that text share.
+REPEATING = {(m.CompactCandidate, "nodes")}
+_BOUNDS = {at.Ge: "ge", at.Gt: "gt", at.Le: "le", at.Lt: "lt", at.MinLen: "min_length", at.MaxLen: "max_length"}
+#: Metadata that only describes a type (its JSON schema, its union tag) or that the strict types
+#: already are (strict, finite numbers: JSON has no NaN and msgspec refuses overflowing numbers).
+_DESCRIPTIVE = ("WithJsonSchema", "Tag", "Strict", "AllowInfNan", "_PublishAsAnyOf")
+
+
+class Untaggable(TypeError):
+    """A union msgspec cannot tell apart by a tag: a params field of it is decoded by trying each
+    of its ``members`` in order (:func:`params_structs`)."""
+
+    def __init__(self, members: Sequence[Any]) -> None:
+        super().__init__(f"union of {members} needs trying in order")
+        self.members = members
+
+
+def _noted(items: Iterable[Any], note: dict[str, Any]) -> None:
+    """Collect bounds (as msgspec.Meta keywords) and a union's discriminator from metadata."""
+    for item in items:
+        kind = type(item)
+        if kind in _BOUNDS:
+            note[_BOUNDS[kind]] = getattr(item, _BOUNDS[kind])
+        elif isinstance(item, FieldInfo):
+            _noted(item.metadata, note)
+            if item.discriminator is not None:
+                note["discriminator"] = item.discriminator
+        elif kind.__name__ == "StringConstraints":
+            _noted(item, note)  # a group of bounds (min_length)
+        elif hasattr(item, "func"):  # a Before-, After- or WrapValidator
+            if item.func not in _VALIDATORS:
+                raise TypeError(f"the strict decoder does not know validator {item.func.__qualname__}")
+        elif kind.__name__ == "Discriminator":
+            note["discriminator"] = item.discriminator
+        elif kind.__name__ == "_PydanticGeneralMetadata":
+            if getattr(item, "union_mode", "left_to_right") != "left_to_right":
+                raise TypeError(f"the strict decoder does not know {item}")
+        elif kind.__name__ not in _DESCRIPTIVE:
+            raise TypeError(f"the strict decoder does not know {item!r}")
+
+
+def wire_type(annotation: Any, metadata: Iterable[Any] = ()) -> Any:
+    """The msgspec type of a model annotation (with its field's ``metadata``); raises
+    :class:`Untaggable` for a union that msgspec cannot tell apart by a tag."""
+    note: dict[str, Any] = {}
+    _noted(metadata, note)
+    while get_origin(annotation) is Annotated:
+        annotation, *extra = get_args(annotation)
+        _noted(extra, note)
+    discriminator = note.pop("discriminator", None)
+    origin = get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        return _union(get_args(annotation), discriminator)
+    if origin is list:
+        return _bounded(list[wire_type(get_args(annotation)[0])], note)
+    if origin is Literal or annotation in (str, int, float, bool, type(None)):
+        return _bounded(annotation, note)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return struct_of(annotation)
+    raise TypeError(f"the strict decoder has no type for {annotation!r}")
+
+
+def _bounded(kind: Any, bounds: dict[str, Any]) -> Any:
+    return Annotated[kind, msgspec.Meta(**bounds)] if bounds else kind
+
+
+def _union(members: tuple, discriminator: Any) -> Any:
+    if type(None) in members:
+        rest = [member for member in members if member is not type(None)]
+        return Union[(*(wire_type(member) for member in rest), None)]  # noqa: UP007 (built from a tuple)
+    if isinstance(discriminator, str):  # models tagged by a Literal field (usage's "mode")
+        return Union[tuple(_tagged_struct(model, discriminator) for model in members)]  # noqa: UP007
+    entries = [_unwrapped(member) for member in members]
+    if all(get_origin(entry) is tuple and get_origin(get_args(entry)[0]) is Literal for entry in entries):
+        return Union[tuple(map(_entry_struct, members))]  # noqa: UP007 ([method, args...] lists)
+    raise Untaggable(members)
+
+
+def _unwrapped(annotation: Any) -> Any:
+    while get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    return annotation
+
+
+def _tag_of(annotation: Any) -> str | None:
+    """The union tag (``Tag``) an annotation carries, if any."""
+    while get_origin(annotation) is Annotated:
+        annotation, *extra = get_args(annotation)
+        for item in extra:
+            if type(item).__name__ == "Tag":
+                return item.tag
+    return None
+
+
+@functools.cache
+def _entry_struct(member: Any) -> type[msgspec.Struct]:
+    """``[method, args...]`` as an array-like struct tagged by its first element; the args named as
+    :data:`bridge.models.MUTATION_ARGS` names them (those of the single call)."""
+    method, *args = get_args(_unwrapped(member))
+    (name,) = get_args(method)
+    names = m.MUTATION_ARGS.get(_tag_of(member), [f"arg{i}" for i in range(len(args))])
+    fields = [(arg_name, wire_type(arg)) for arg_name, arg in zip(names, args)]
+    return _defstruct(name, fields, array_like=True, tag=name, forbid_unknown_fields=True)
+
+
+def _tagged_struct(model: type[BaseModel], tag_field: str) -> type[msgspec.Struct]:
+    (tag,) = get_args(model.model_fields[tag_field].annotation)
+    return struct_of(model, tag_field=tag_field, tag=tag)
+
+
+@functools.cache
+def struct_of(
+    model: type[BaseModel], *, tag_field: str | None = None, tag: str | None = None, choice: int = 0
+) -> type[msgspec.Struct]:
+    """The struct of ``model``: the same field names, wire names, types, bounds and defaults, unknown
+    keys refused. ``tag_field``/``tag``: the field that tells the model apart in a union (left out of
+    the struct). ``choice``: which member of an :class:`Untaggable` field's union to take."""
+    for validator in model.__pydantic_decorators__.model_validators.values():
+        if _VALIDATORS.get(validator.func) != "exactly one":
+            raise TypeError(f"the strict decoder does not know validator {validator.func.__qualname__}")
+    fields, rename = [], {}
+    for name, info in model.model_fields.items():
+        if name == tag_field:
+            continue
+        try:
+            kind = wire_type(info.annotation, info.metadata)
+        except Untaggable as union:
+            if not issubclass(model, m.Params):  # tried in order only as a whole request's params
+                raise TypeError(f"the strict decoder cannot tell apart {model.__name__}.{name}") from None
+            kind = wire_type(union.members[min(choice, len(union.members) - 1)])
+        if (model, name) in REPEATING:
+            _TEXTS.setdefault(model, {})[name] = kind
+            kind = msgspec.Raw
+        if info.is_required():
+            fields.append((name, kind))
+        else:
+            default = info.default
+            fields.append((name, kind, msgspec.field(default_factory=list) if default == [] else default))
+        if info.alias:
+            rename[name] = info.alias
+    options = {"tag_field": tag_field, "tag": tag} if tag is not None else {}
+    struct = _defstruct(model.__name__, fields, rename=rename, kw_only=True, forbid_unknown_fields=True, **options)
+    if model in _TEXTS:
+        _TEXTS[struct] = _TEXTS[model]
+    return struct
+
+
+#: The field specs (name, type[, default]) of every struct made here (msgspec's own introspection
+#: evaluates annotations: most of the cost of a server start's struct making).
+_FIELDS: dict[type, list[tuple]] = {}
+
+
+#: Model or struct -> its :data:`REPEATING` fields -> their type.
+_TEXTS: dict[type, dict[str, Any]] = {}
+
+
+def _defstruct(name: str, fields: list[tuple], **options: Any) -> type[msgspec.Struct]:
+    struct = msgspec.defstruct(name, fields, gc=False, **options)
+    _FIELDS[struct] = fields
+    return struct
+
+
+def _choices(model: type[BaseModel]) -> int:
+    """How many members the widest :class:`Untaggable` field of ``model`` has (1 if none)."""
+    widest = 1
+    for info in model.model_fields.values():
+        try:
+            wire_type(info.annotation, info.metadata)
+        except Untaggable as union:
+            widest = max(widest, len(union.members))
+    return widest
+
+
+def params_structs(model: type[m.Params], positional: bool) -> list[type[msgspec.Struct]]:
+    """The param structs of ``model`` to try in order (msgspec tells none of them apart by a tag):
+    one per member of its untaggable union (if any), each for named params and, if ``positional``,
+    then for an array of them in field order."""
+    kinds = []
+    for choice in range(_choices(model)):
+        named = struct_of(model, choice=choice)
+        kinds.append(named)
+        if positional:
+            fields = _FIELDS[named]
+            kinds.append(
+                _defstruct(f"{model.__name__}Array", fields, array_like=True, kw_only=True, forbid_unknown_fields=True)
+            )
+    return kinds
+
+
+@functools.cache
+def depth(kind: Any) -> int:
+    """How deep a value of msgspec type ``kind`` nests arrays and objects."""
+    while get_origin(kind) is Annotated:
+        kind = get_args(kind)[0]
+    if get_origin(kind) in (Union, types.UnionType):
+        return max(map(depth, get_args(kind)))
+    if get_origin(kind) in (list, tuple):
+        return 1 + max(map(depth, get_args(kind)), default=0)
+    if kind in _FIELDS:
+        texts = _TEXTS.get(kind, {})
+        return 1 + max((depth(texts.get(field[0], field[1])) for field in _FIELDS[kind]), default=0)
+    return 0
+
+
+# -- decoding ---------------------------------------------------------------------------------
+
+#: What msgspec raises for JSON it refuses as the type asked for.
+REFUSED = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
+
+
+class ParamsDecoder:
+    """The params of one model: decoded strictly from JSON, or else validated by the models."""
+
+    def __init__(self, model: type[m.Params], positional: bool) -> None:
+        self.model = model
+        self.kinds = params_structs(model, positional)
+        self.structs = frozenset(self.kinds)
+        self._decoders = [msgspec.json.Decoder(kind) for kind in self.kinds]
+        self._exactly_one = getattr(model, "exactly_one", ())
+        #: Params struct -> its fields that hold records with REPEATING fields: (field, record struct,
+        #: the record's field, the decoder of its text).
+        self._repeating = {kind: list(_repeating(kind)) for kind in self.kinds}
+
+    def decode(self, params: bytes) -> Any:
+        """``params`` (JSON) as a struct, or None if the strict decoder refuses them."""
+        for decoder in self._decoders:
+            try:
+                return self.checked(decoder.decode(params))
+            except REFUSED:
+                continue
+        return None
+
+    def checked(self, params: Any) -> Any:
+        """``params`` (a struct) once the checks left after decoding pass it, else None: the model's
+        own (exactly one of its ``exactly_one`` fields given), and the texts of :data:`REPEATING`
+        fields (each record's then holds the decoded tuple)."""
+        if self._exactly_one and sum(getattr(params, name) is not None for name in self._exactly_one) != 1:
+            return None
+        for name, record, field, decoder in self._repeating.get(type(params), ()):
+            records = getattr(params, name)
+            if not (records and type(records[0]) is record and type(getattr(records[0], field)) is msgspec.Raw):
+                continue
+            texts = list(map(bytes, map(attrgetter(field), records)))
+            try:
+                decoded = {text: decoder.decode(text) for text in dict.fromkeys(texts)}
+            except REFUSED:
+                return None
+            for each, value in zip(records, map(decoded.__getitem__, texts)):
+                setattr(each, field, value)
+        return params
+
+    def from_models(self, params: dict) -> Any:
+        """``params`` (named, decoded JSON) validated by the models, as a struct: the values they
+        accept, as they give them (ParamsError with their words if they refuse)."""
+        try:
+            validated = self.model.model_validate(params)
+        except ValidationError as exc:
+            raise ParamsError.from_validation(exc) from None
+        struct = self.decode(validated.model_dump_json(by_alias=True).encode())
+        if struct is None:
+            raise AssertionError(f"the strict decoder refuses what {self.model.__name__} gave")
+        return struct
+
+
+def _repeating(params: type[msgspec.Struct]) -> Iterator[tuple]:
+    """The fields of a params struct that hold lists of records with :data:`REPEATING` fields."""
+    for name, kind, *_ in _FIELDS[params]:
+        (record,) = get_args(kind) if get_origin(kind) is list else (None,)
+        for field, text in _TEXTS.get(record, {}).items():
+            yield name, record, field, msgspec.json.Decoder(tuple[(get_args(text)[0], ...)])
+
+
+class MessageDecoder:
+    """Whole messages (a request or a batch) decoded strictly into structs: a request is a struct
+    tagged by its method, its ``params`` a struct of its params model.
+
+    ``params_kinds``: method -> the kinds its params may take (:attr:`ParamsDecoder.kinds` of its
+    models), tried in order: the first decoder takes each method's first kind, the next its second
+    (or its last), and so on.
+    """
+
+    def __init__(self, params_kinds: dict[str, list[Any]]) -> None:
+        self.methods: dict[type, str] = {}
+        requests, made = [], {}
+        for choice in range(max(map(len, params_kinds.values()))):
+            union = []
+            for name, kinds in params_kinds.items():
+                kind = kinds[min(choice, len(kinds) - 1)]
+                union.append(made.get((name, kind)) or made.setdefault((name, kind), self._request(name, kind)))
+            requests.append(Union[tuple(union)])  # noqa: UP007 (built from a tuple)
+        self._decoders = [msgspec.json.Decoder(list[request] | request) for request in requests]
+        #: The deepest valid message (a batch of the deepest request).
+        self.depth = 1 + max(map(depth, requests))
+
+    def _request(self, name: str, params: Any) -> type[msgspec.Struct]:
+        fields = [
+            ("jsonrpc", Literal["2.0"]),
+            ("id", Union[str, int, float, None], msgspec.UNSET),  # noqa: UP007
+            ("params", params, msgspec.UNSET),
+        ]
+        request = _defstruct("Request", fields, tag_field="method", tag=name, forbid_unknown_fields=True)
+        self.methods[request] = name
+        return request
+
+    def decode(self, message: bytes, max_depth: int) -> Any:
+        """The request or batch in ``message`` as structs; None if the strict decoder refuses it,
+        or cannot tell it within ``max_depth`` (the models then decide)."""
+        if max_depth < self.depth:
+            return None
+        for decoder in self._decoders:
+            try:
+                return decoder.decode(message)
+            except REFUSED:
+                continue
+        return None
+
+
+# -- engine values --------------------------------------------------------------------------------
+
+StaticStats, DynamicStats = struct_of(m.StaticStats), struct_of(m.DynamicStats)
+Candidate, Bundle = struct_of(m.Candidate), struct_of(m.CompactCandidate)
+
+
+def unsigned(value: float | None) -> float | None:
+    """A core count or fraction as the engine takes it: -0.0 as 0.0 (the engine's results and
+    echoes would show the sign). Every such value reaches the engine through here."""
+    return None if value is None else value + 0.0
+
+
+def resource_stats(stats: Any) -> ResourceStats:
+    """Stats of a resource: static (``maxcpu``/``maxmem``, also the running usage) or dynamic."""
+    if type(stats) is StaticStats:
+        return ResourceStats(unsigned(stats.maxcpu), unsigned(stats.maxcpu), stats.maxmem, stats.maxmem)
+    return ResourceStats(unsigned(stats.cpu), unsigned(stats.maxcpu), stats.mem, stats.maxmem)
+
+
+def start_stats(stats: Any, mode: str) -> ResourceStats:
+    """Stats of a resource to start on a ``mode`` cluster: static takes ``maxcpu``/``maxmem`` of
+    either shape; dynamic needs DynamicStats (InvalidInputError otherwise)."""
+    if mode == "static":
+        return resource_stats(StaticStats(maxcpu=stats.maxcpu, maxmem=stats.maxmem))
+    if type(stats) is not DynamicStats:
+        raise InvalidInputError("stats", "a dynamic cluster needs DynamicStats {cpu, maxcpu, mem, maxmem}")
+    return resource_stats(stats)
+
+
+def node_stats(stats: Any) -> NodeStats:
+    """A dynamic node's measured stats (a node of a snapshot, or add_node's stats)."""
+    return NodeStats(unsigned(stats.cpu), stats.maxcpu, stats.mem, stats.maxmem)
+
+
+def placed(record: Any) -> Resource:
+    """A resource as add_service/add_resource take it: stats, running, current and target node."""
+    return Resource(resource_stats(record.stats), record.running, record.current_node, record.target_node)
+
+
+def snapshot_scheduler(usage: Any, formula: str) -> Scheduler:
+    """A fresh scheduler holding the snapshot ``usage``: nodes, then resources, in list order.
+
+    Duplicate node names are refused (InvalidInputError naming the entry: product decision 4);
+    resource errors are upstream's (SchedulingError), as if added one by one.
+    """
+    mode = usage.__struct_config__.tag
+    names = [node.name for node in usage.nodes]
+    if len(set(names)) < len(names):
+        seen: set[str] = set()
+        for i, name in enumerate(names):
+            if name in seen:
+                raise InvalidInputError(f"usage.nodes[{i}].name", f"duplicate node name '{name}'")
+            seen.add(name)
+    scheduler = new_scheduler(mode, formula)
+    # The models bound every value as the engine's own checks would: the usage takes them as
+    # they are (a third of the cost of a big snapshot), checking what needs its state.
+    for node in usage.nodes:
+        stats = NodeStats(0.0, node.maxcpu, 0, node.maxmem) if mode == "static" else node_stats(node)
+        scheduler.usage.add_node(node.name, stats)
+    scheduler.usage.add_resources([(res.sid, placed(res)) for res in usage.resources])
+    return scheduler
+
+
+_SID, _SOURCE, _TARGET, _STATS = map(attrgetter, ("sid", "source_node", "target_node", "stats"))
+_CPU, _MEM, _NODES, _RESOURCES = map(attrgetter, ("cpu", "mem", "nodes", "resources"))
+
+
+class FieldView(Sequence[str]):
+    """One name field of decoded candidates, read in place: the engine maps a column over its node
+    index once and looks at a few rows' sids, so a list of 100k names of its own would cost more
+    than it saves. Iterating maps the field's getter over the records, in C."""
+
+    __slots__ = ("_records", "_get")
+
+    def __init__(self, records: list, get: Callable[[Any], str]) -> None:
+        self._records = records
+        self._get = get
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __getitem__(self, row):  # a row (an int), as the engine asks; a slice gives a list
+        if isinstance(row, slice):
+            return list(map(self._get, self._records[row]))
+        return self._get(self._records[row])
+
+    def __iter__(self) -> Iterator[str]:
+        return map(self._get, self._records)
+
+
+def candidate_columns(candidates: list) -> CandidateColumns | CompactColumns:
+    """Candidates (one form per list) as the engine's columns: expanded ones with cpu as float64
+    cores and mem as int64 bytes; bundles as they are."""
+    if candidates and type(candidates[0]) is Candidate:
+        stats = list(map(_STATS, candidates))
+        cpu = np.fromiter(map(_CPU, stats), dtype=np.float64, count=len(stats)) + 0.0  # as unsigned() gives it
+        mem = np.fromiter(map(_MEM, stats), dtype=np.int64, count=len(stats))
+        return CandidateColumns(*(FieldView(candidates, get) for get in (_SID, _SOURCE, _TARGET)), cpu, mem)
+    return CompactColumns(
+        [b.leader for b in candidates], [b.resources for b in candidates], [b.nodes for b in candidates]
+    )
+
+
+def candidate_counts(candidates: Any) -> tuple[int, int]:
+    """(expanded candidates, bundle members) of a candidate list, decoded JSON or structs: a bundle
+    counts once per entry of its ``nodes``; an expanded candidate (a record with ``sid`` and no
+    ``leader`` first in the list, as the models decide the form) counts once."""
+    first = candidates[0]
+    if type(first) is Candidate or (type(first) is dict and "leader" not in first and "sid" in first):
+        return len(candidates), 0
+    if type(first) is Bundle:  # decoded strictly: every bundle has both lists (counted in C)
+        return sum(map(len, map(_NODES, candidates))), sum(map(len, map(_RESOURCES, candidates)))
+    expanded = members = 0
+    for bundle in candidates:
+        targets, resources = _member(bundle, "nodes"), _member(bundle, "resources")
+        expanded += len(targets) if type(targets) is list else 0
+        members += len(resources) if type(resources) is list else 0
+    return expanded, members
+
+
+def _member(record: Any, name: str) -> Any:
+    """A member of a record: decoded JSON (anything, None if absent) or a struct."""
+    return record.get(name) if type(record) is dict else getattr(record, name, None)
+
+
+def check_call_sizes(params: Any, limits: Any) -> None:
+    """Refuse a call whose ``usage`` or ``candidates`` exceed ``limits`` (a ServerLimits):
+    ParamsError naming the field, the count, the limit and how to raise it. ``params``: decoded
+    JSON (before the models spend time and memory on it) or a struct. Counts list lengths only."""
+
+    def at_most(count: int, loc: str, what: str, name: str) -> None:
+        limit = getattr(limits, name)
+        if count > limit:
+            raise ParamsError([(loc, f"{count} {what} exceed the limit of {limit} per call ({how_to_raise(name)})")])
+
+    usage, candidates = _member(params, "usage"), _member(params, "candidates")
+    if usage is not None:
+        nodes, resources = _member(usage, "nodes"), _member(usage, "resources")
+        at_most(len(nodes) if type(nodes) is list else 0, "usage.nodes", "nodes", "max_nodes")
+        at_most(len(resources) if type(resources) is list else 0, "usage.resources", "resources", "max_resources")
+    if type(candidates) is list and candidates:
+        expanded, members = candidate_counts(candidates)
+        at_most(expanded, "candidates", "expanded candidates", "max_candidates")
+        at_most(members, "candidates", "bundle members", "max_resources")

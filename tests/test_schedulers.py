@@ -1,0 +1,129 @@
+"""scheduler.apply (bridge.schedulers.apply): runs of resource adds go to the engine in bulk, and the
+outcome (state and error) must be that of the mutations run one by one as their single calls."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from crs_bridge.bridge import models as m
+from crs_bridge.bridge.errors import MutationError
+from crs_bridge.bridge.schedulers import MUTATORS, apply
+from crs_bridge.bridge.wire import ParamsDecoder
+from crs_bridge.core import Aggregation, InvalidInputError, SchedulingError, new_scheduler
+from crs_bridge.core.limits import MAX_BYTES
+
+GiB = 1 << 30
+APPLY = {
+    mode: ParamsDecoder(model, True)
+    for mode, model in (("static", m.StaticApplyParams), ("dynamic", m.DynamicApplyParams))
+}
+
+# Enough sids for most batches to succeed, and some duplicates.
+SIDS = st.integers(1, 200).map(lambda i: f"vm:{i}")
+# Mostly known nodes; n4 is unknown until an entry adds it. Mostly stationary resources.
+NODES = st.sampled_from(["n1", "n2", "n3"] * 6 + ["n4"])
+TARGETS = st.sampled_from([None] * 12 + ["n1", "n2", "n3", "n4"])
+#: A few sizes, and huge memory that makes a node's aggregated memory overflow (an engine error).
+CORES, BYTES = st.sampled_from([0.0, 0.25, 1.0, 4.0]), st.sampled_from([0, GiB, 4 * GiB, MAX_BYTES // 3])
+
+
+def stats(mode: str) -> st.SearchStrategy:
+    if mode == "static":
+        return st.fixed_dictionaries({"maxcpu": CORES, "maxmem": BYTES})
+    return st.fixed_dictionaries({"cpu": CORES, "maxcpu": CORES, "mem": BYTES, "maxmem": BYTES})
+
+
+def placed(mode: str) -> st.SearchStrategy:
+    record = st.fixed_dictionaries(
+        {"stats": stats(mode), "running": st.booleans(), "current-node": NODES, "target-node": TARGETS}
+    )
+    return record.map(lambda r: {k: v for k, v in r.items() if v is not None})
+
+
+@st.composite
+def entries(draw, mode: str, first: bool) -> list:
+    """``scheduler.apply`` entries of ``mode``: the ``first`` batch adds nodes n1 to n3; then mostly
+    resource adds (runs of them), some of them failing, with other mutations in between."""
+    sizes = [(16, 64 * GiB), (8, 32 * GiB), (4, 16 * GiB)] if first else []
+
+    def node(name: str, cores: int, memory: int) -> list:
+        if mode == "static":
+            return ["add_node", name, cores, memory]
+        return ["add_node", name, {"cpu": 1.0, "maxcpu": cores, "mem": GiB, "maxmem": memory}]
+
+    batch = [node(f"n{i + 1}", *size) for i, size in enumerate(sizes)]
+    add, remove = ("add_service", "remove_service_usage") if mode == "static" else ("add_resource", "remove_resource")
+    others = [
+        st.sampled_from(["n1", "n4"]).map(lambda name: node(name, 8, 32 * GiB)),
+        st.sampled_from(["n2", "n4"]).map(lambda name: ["remove_node", name]),
+        SIDS.map(lambda sid: [remove, sid]),
+    ]
+    if mode == "static":
+        others.append(st.tuples(NODES, SIDS, stats(mode)).map(lambda a: ["add_service_usage_to_node", *a]))
+    for _ in range(draw(st.integers(0, 12))):
+        # Three in four are adds, so that runs of them form.
+        adding = draw(st.integers(0, 3))
+        batch.append(draw(st.tuples(SIDS, placed(mode)).map(lambda a: [add, *a]) if adding else st.one_of(others)))
+    return batch
+
+
+def state(scheduler) -> tuple:
+    """What a scheduler holds, as every query would see it (views bit for bit: the order of each
+    node's resources decides their sums)."""
+    usage = scheduler.usage
+    views = [usage.view(a) for a in Aggregation]
+    return (
+        usage.node_names(),
+        list(usage.resources().items()),
+        [(v.cpu.tobytes(), v.mem.tobytes(), v.maxcpu.tobytes(), v.maxmem.tobytes()) for v in views],
+    )
+
+
+def typed(mode: str, batch: list) -> list:
+    """The entries as the strict decoder gives them."""
+    return APPLY[mode].decode(json.dumps({"scheduler": "s1", "mutations": batch}).encode()).mutations
+
+
+def one_by_one(mode: str, batches: list) -> tuple:
+    """Every mutation run as its single call: a failing batch leaves the state as it was."""
+    scheduler, errors = new_scheduler(mode), []
+    for batch in batches:
+        trial = new_scheduler(mode)
+        trial.usage = scheduler.usage.copy()
+        for index, entry in enumerate(typed(mode, batch)):
+            method = entry.__struct_config__.tag
+            try:
+                MUTATORS[mode][method](trial, entry)
+            except (SchedulingError, InvalidInputError) as exc:
+                errors.append(str(MutationError(index, method, exc)))
+                break
+        else:
+            scheduler = trial
+            errors.append(None)
+    return state(scheduler), errors
+
+
+def applied(mode: str, batches: list) -> tuple:
+    scheduler, errors = new_scheduler(mode), []
+    for batch in batches:
+        try:
+            apply(scheduler, mode, typed(mode, batch))
+            errors.append(None)
+        except MutationError as exc:
+            errors.append(str(exc))
+    return state(scheduler), errors
+
+
+@st.composite
+def sessions(draw) -> tuple[str, list]:
+    mode = draw(st.sampled_from(["static", "dynamic"]))
+    return mode, [draw(entries(mode, True))] + draw(st.lists(entries(mode, False), max_size=2))
+
+
+@given(sessions())
+def test_apply_gives_what_the_mutations_one_by_one_give(session):
+    mode, batches = session
+    assert applied(mode, batches) == one_by_one(mode, batches)

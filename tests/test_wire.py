@@ -1,0 +1,210 @@
+"""The strict decoder agrees with the models: one property, over requests drawn from the schema.
+
+Requests of every method are drawn from its params model (bridge/models.py): valid values, values
+at and beyond every bound, the lax forms the models accept (integral floats, Perl truthiness,
+negative zero, unknown keys), wrong types, missing and unknown fields, named and positional. For
+each, the strict decoder of whole messages either refuses it (the models then decide), or takes
+params that the models accept too, with the same values; and the server answers it the same
+whether the strict decoder is used or not.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+import annotated_types as at
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import AfterValidator, BaseModel
+from pydantic.fields import FieldInfo
+
+from crs_bridge.bridge import models as m
+from crs_bridge.bridge.errors import ParamsError
+from crs_bridge.bridge.limits import ServerLimits
+from crs_bridge.bridge.protocol import Protocol, _named
+from crs_bridge.bridge.registry import ANY_MODE
+from crs_bridge.bridge.schedulers import State
+from crs_bridge.bridge.stateless import METHODS
+from crs_bridge.bridge.wire import struct_of
+
+NAMES = st.sampled_from(["A", "B", "C", "vm:1", "vm:2", "node-0"])
+#: What a value may be changed into: another type, an empty name, numbers at and beyond the
+#: bounds or in a lax form (integral floats, -0.0, integers beyond 64 bits).
+ODD = st.sampled_from(
+    [None, True, False, 0, 1, "", "1", [], {}, -0.0, 2.0, 2.5, -1, 2**53, 2**53 + 1, 2**62, 2**64, 1e300]
+)
+
+
+def _bounds(metadata: list) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for item in metadata:
+        if isinstance(item, FieldInfo):
+            found.update(_bounds(item.metadata))
+        elif isinstance(item, (at.Ge, at.Gt, at.Le, at.Lt)):
+            found.update({name: getattr(item, name) for name in item.__dataclass_fields__})
+    return found
+
+
+def values(annotation: Any, metadata: list | None = None) -> st.SearchStrategy:
+    """Valid JSON values of a model annotation (bounds included)."""
+    metadata = list(metadata or [])
+    while get_origin(annotation) is Annotated:
+        annotation, *extra = get_args(annotation)
+        metadata += extra
+    origin = get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        return st.one_of([values(member) for member in get_args(annotation)])
+    if origin is tuple:  # a mutation entry: [method, args...]
+        method, *args = get_args(annotation)
+        return st.tuples(*map(values, args)).map(lambda a: [get_args(method)[0], *a])
+    if origin is list:
+        return st.lists(values(get_args(annotation)[0]), max_size=3)
+    if origin is Literal:
+        return st.sampled_from(get_args(annotation))
+    if annotation is str:
+        return NAMES
+    if annotation is bool:
+        return st.booleans()
+    if annotation in (int, float):
+        bounds = _bounds(metadata)
+        low = bounds.get("ge", bounds.get("gt", -1) + 1)
+        high = bounds.get("le", bounds.get("lt", low + 10**6))
+        numbers = st.integers(int(low), int(min(high, low + 64))) | st.just(int(high))
+        if annotation is float:  # -0.0 is within [0, ...] too
+            return numbers | st.floats(float(low), float(min(high, low + 64))) | st.just(-0.0)
+        return numbers
+    if annotation is type(None):
+        return st.none()
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return records(annotation)
+    raise TypeError(annotation)
+
+
+def records(model: type[BaseModel]) -> st.SearchStrategy:
+    """Objects of ``model``'s fields by wire name, optional ones sometimes left out."""
+    fields = {
+        info.alias or name: values(info.annotation, info.metadata)
+        if info.is_required()
+        else st.one_of(values(info.annotation, info.metadata), st.just(msgspec.UNSET))
+        for name, info in model.model_fields.items()
+    }
+    return st.fixed_dictionaries(fields).map(lambda drawn: {k: v for k, v in drawn.items() if v is not msgspec.UNSET})
+
+
+def _places(value: Any, path: tuple = ()) -> list[tuple]:
+    """Every place in a JSON value (the paths of its arrays' and objects' members)."""
+    members = enumerate(value) if type(value) is list else value.items() if type(value) is dict else ()
+    return [path, *(place for key, member in members for place in _places(member, (*path, key)))]
+
+
+@st.composite
+def perturbed(draw: Any, value: Any) -> Any:
+    """``value``, or a copy with one change: a member replaced by an odd value, left out, or an
+    unknown key added to an object."""
+    value = json.loads(json.dumps(value))
+    places = _places(value)[1:]
+    if not places or draw(st.booleans()):
+        return value
+    *parent_path, key = draw(st.sampled_from(places))
+    parent = value
+    for step in parent_path:
+        parent = parent[step]
+    change = draw(st.sampled_from(["replace", "drop", "extra"]))
+    if change == "drop" and type(parent) is dict:
+        del parent[key]
+    elif change == "extra" and type(parent[key]) is dict:
+        parent[key]["extra"] = 1
+    else:
+        parent[key] = draw(ODD)
+    return value
+
+
+def params_of(spec: Any) -> st.SearchStrategy:
+    """Params of one of ``spec``'s models: named, or positional when the method takes them."""
+    models = list(dict.fromkeys(v.params for v in spec.variants.values()))
+    named = st.one_of([records(model) for model in models]).flatmap(perturbed)
+    if not spec.positional:
+        return named
+    return named | named.map(lambda p: list(p.values()))
+
+
+REQUESTS = st.sampled_from(METHODS).flatmap(lambda spec: st.tuples(st.just(spec), params_of(spec)))
+
+
+def _protocols() -> tuple[Protocol, Protocol]:
+    """A server's protocol, and one whose strict decoder refuses everything."""
+    strict, lax = Protocol(State()), Protocol(State())
+    lax._messages.decode = lambda message, max_depth: None
+    return strict, lax
+
+
+STRICT, LAX = _protocols()
+
+
+def _fields(struct: Any) -> bytes:
+    """A params struct's values in field order (named and positional ones alike)."""
+    return msgspec.json.encode(msgspec.structs.astuple(struct))
+
+
+@settings(max_examples=1500, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(REQUESTS)
+def test_the_strict_decoder_takes_only_what_the_models_take_with_their_values(request):
+    spec, params = request
+    message = json.dumps({"jsonrpc": "2.0", "id": 1, "method": spec.name, "params": params}).encode()
+    decoded = STRICT._messages.decode(message, STRICT.state.limits.max_json_depth)
+    if decoded is not None:
+        assert STRICT._messages.methods[type(decoded)] == spec.name
+        for variant in spec.variants.values():
+            decoder = STRICT._params[variant.params, spec.positional]
+            if type(decoded.params) not in decoder.structs or decoder.checked(decoded.params) is None:
+                continue  # another mode's params, or refused by the model's own check: the models decide
+            named = _named(spec, variant, params) if type(params) is list else params
+            try:
+                by_models = decoder.from_models(named)
+            except ParamsError as exc:
+                raise AssertionError(f"the strict decoder took what {variant.params.__name__} refuses: {exc}") from None
+            assert _fields(decoded.params) == _fields(by_models)
+    if ANY_MODE in spec.variants and spec.name not in ("shutdown", "rpc.discover"):
+        assert STRICT.handle(message) == LAX.handle(message)
+
+
+def test_a_rule_the_strict_decoder_does_not_know_fails_its_making():
+    """A validator added to the models without teaching the strict decoder is an error at start,
+    not a rule the fast way skips."""
+
+    class Rounded(m.Record):
+        cores: Annotated[float, AfterValidator(round)]
+
+    with pytest.raises(TypeError, match="does not know validator"):
+        struct_of(Rounded)
+
+
+DEEP = [
+    # A batch of scheduler.apply: 7 levels (batch, request, params, mutations, entry, record, stats).
+    b'[{"jsonrpc":"2.0","id":1,"method":"scheduler.apply","params":{"scheduler":"s1","mutations":'
+    b'[["add_node","A",4,1024],["add_service","vm:1",{"stats":{"maxcpu":1,"maxmem":8},"running":true,'
+    b'"current-node":"A"}]]}}]',
+    # Expanded candidates on a snapshot: 5 levels; an ignored key nesting 3 more.
+    b'{"jsonrpc":"2.0","id":2,"method":"score_best_balancing_migrations","params":{"limit":1,'
+    b'"usage":{"mode":"dynamic","nodes":[{"name":"A","maxcpu":4,"maxmem":64,"cpu":1,"mem":8},'
+    b'{"name":"B","maxcpu":4,"maxmem":64,"cpu":0,"mem":0}]},"candidates":[{"sid":"vm:1",'
+    b'"source-node":"A","target-node":"B","stats":{"cpu":1,"maxcpu":1,"mem":8,"maxmem":8}}]}}',
+    b'{"jsonrpc":"2.0","id":3,"method":"score_best_balancing_migrations","params":{"limit":1,'
+    b'"usage":{"mode":"static","nodes":[{"name":"A","maxcpu":4,"maxmem":64,"x":[[[1]]]}]},"candidates":[]}}',
+]
+
+
+@pytest.mark.parametrize("max_depth", [2, 4, 5, 6, 7, 8, 1024])
+def test_depth_limits_answer_alike(max_depth):
+    """Under any depth limit the strict decoder takes only what it can tell is within it: the
+    answers are those of the models' way, nested too deep or not."""
+    strict, lax = (Protocol(State(limits=ServerLimits(max_json_depth=max_depth))) for _ in range(2))
+    lax._messages.decode = lambda message, max_depth: None
+    for protocol in (strict, lax):
+        protocol.handle(b'{"jsonrpc":"2.0","id":0,"method":"scheduler.new","params":{"mode":"static"}}')
+    for message in DEEP:
+        assert strict.handle(message) == lax.handle(message)
