@@ -34,7 +34,7 @@ my $limit = $opt{limit} // $cluster->{limit} // 3;
 my $imbalance = $usage->calculate_node_imbalance;
 printf "%s cluster: %d nodes, %d guests; node imbalance %.4f (%s)\n", $cluster->{usage}{mode},
     scalar @{ $usage->list_nodes }, scalar @{ $cluster->{usage}{resources} // [] }, $imbalance,
-    $ENV{CRS_BRIDGE_IMBALANCE} || 'normalized';
+    CRSBridge::Config::get('imbalance');
 
 my $method = $opt{method} eq 'topsis'
     ? 'score_best_balancing_migration_candidates_topsis'
