@@ -1,6 +1,6 @@
 """``crs-bridge plan`` and ``crs-bridge explain``: the real command (and through it the real
 server) on examples/unbalanced-cluster.json; the text views against the JSON the server returns
-for the same params, plus the bar drawing of bridge/render.py."""
+for the same params, plus the bar drawing of crs_bridge/render.py."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from crs_bridge.bridge.render import WIDTH, bar, load_bars
 from crs_bridge.client import BridgeClient, cli_command
+from crs_bridge.render import WIDTH, bar, load_bars
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = "@examples/unbalanced-cluster.json"

@@ -44,7 +44,7 @@ ROOT_ENV = {
 PYTHON_TREE = "/usr/lib/crs-bridge/python$(python3 -c \"import sys; print('%d.%d' % sys.version_info[:2])\")"
 #: The HA-style round, as the daemon runs it: perl -T, clean environment, stdio on /dev/null;
 #: its report comes on fd 3, which this shell sends to its stdout.
-ROUND = f"env -i PATH={DAEMON_PATH} perl -T {PYTHON_TREE}/crs_bridge/bridge/ha_round.pl 3>&1 >/dev/null 2>&1 </dev/null"
+ROUND = f"env -i PATH={DAEMON_PATH} perl -T {PYTHON_TREE}/crs_bridge/ha_round.pl 3>&1 >/dev/null 2>&1 </dev/null"
 
 _TOOLS = ("debootstrap", "dpkg-deb", "dpkg-parsechangelog", "unshare", "chroot")
 _missing = [tool for tool in _TOOLS if shutil.which(tool) is None] + (["root"] if os.geteuid() != 0 else [])

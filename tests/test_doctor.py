@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from crs_bridge.bridge import __version__, doctor
+from crs_bridge import doctor
+from crs_bridge.bridge import __version__
 
 REPO = Path(__file__).resolve().parent.parent
 PERL_LIB = REPO / "perl-client/lib"

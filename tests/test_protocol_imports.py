@@ -30,7 +30,7 @@ def test_oslash_stays_importable_with_the_same_either():
 def test_server_start_loads_no_asyncio_jsonschema_http_server_or_unused_monads():
     unwanted = ("asyncio", "jsonschema", "http.server", "importlib.metadata", "oslash", "oslash.list")
     code = (
-        "import sys, crs_bridge.bridge.cli, crs_bridge.bridge.server, crs_bridge.bridge.protocol; "
+        "import sys, crs_bridge.cli, crs_bridge.bridge.server, crs_bridge.bridge.protocol; "
         f"print(sorted(m for m in {unwanted!r} if m in sys.modules))"
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -1,4 +1,4 @@
-"""``crs-bridge replay`` and plan/explain of a flight recorder file (bridge/replay.py).
+"""``crs-bridge replay`` and plan/explain of a flight recorder file (crs_bridge/replay.py).
 
 The recording here is made as the Perl drop-in's recorder makes one (perl-client/t/recorder.t
 checks the real one): a scheduler's mutations and its queries with the responses a real server
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from crs_bridge.bridge.replay import _difference
 from crs_bridge.client import BridgeClient, cli_command
+from crs_bridge.replay import _difference
 from tests import ROOT
 
 GIB = 2**30

@@ -33,7 +33,7 @@ C<crs-bridge plan> and C<crs-bridge explain> (the C<candidates> of the object's 
 query, the decision, with its C<method> and C<limit>, and the object's C<imbalance> formula)
 whose C<record> holds the object's mode, its mutations (the usage at the decision is the
 mutations before it) and every query with its params and the answer it got, which
-C<crs-bridge replay> re-runs (see bridge/replay.py for the format). An object that lives until
+C<crs-bridge replay> re-runs (see crs_bridge/replay.py for the format). An object that lives until
 global destruction (held by a package variable at exit) is not written.
 
 At most C<record-max-files> files and C<record-max-bytes> bytes are kept (the oldest go

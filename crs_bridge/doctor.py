@@ -322,10 +322,9 @@ def logs_check(report: dict[str, Any]) -> Check:
     stderr = (report.get("server") or {}).get("stderr")
     if target is None:
         return Check("logs", WARN, "unknown: the drop-in's settings are unknown", {"server_stderr": stderr})
-    if target == "stderr":
-        destination = "syslog" if stderr in (None, "/dev/null") else "stderr"
-    else:
-        destination = target
+    destination = target
+    if target == "stderr" and stderr in (None, "/dev/null"):
+        destination = "syslog"  # what the server does with no stderr to write to
     details = {"log": target, "destination": destination, "server_stderr": stderr}
     where = {"syslog": "syslog / the journal", "stderr": f"the caller's stderr ({stderr})"}.get(
         destination, f"the file {destination}"

@@ -23,10 +23,10 @@
     like ``call`` (one validation path, the same numbers as the RPC methods); ``--json`` prints
     the result as JSON; exit codes as ``call``. A threshold or margin that reads as a percentage
     (30, as datacenter.cfg writes it) is refused, naming the fraction meant (0.3). CLUSTER may be
-    a flight recorder file: the recorded object at its decision (:mod:`bridge.replay`).
+    a flight recorder file: the recorded object at its decision (:mod:`crs_bridge.replay`).
 ``crs-bridge replay FILE``
     Re-run a flight recorder file on a fresh server, checking every answer bit for bit
-    (:mod:`bridge.replay`).
+    (:mod:`crs_bridge.replay`).
 """
 
 from __future__ import annotations
@@ -47,8 +47,9 @@ from typing import Any
 
 import orjson
 
-from . import __version__, doctor
-from .limits import HELP, ServerLimits, env_var, flag, limits_from_env
+from . import doctor
+from .bridge import __version__
+from .bridge.limits import HELP, ServerLimits, env_var, flag, limits_from_env
 
 _LOG_PREFIX = "crs-bridge[%(process)d] "  # syslog's ident says this itself
 _LOG_MESSAGE = "%(levelname)s: %(message)s"
@@ -124,8 +125,8 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from . import logsink
-    from .server import Terminated, serve
+    from .bridge import logsink
+    from .bridge.server import Terminated, serve
 
     try:
         limits = _limits(args)
@@ -140,7 +141,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         try:
             if args.client_pid is not None:
-                from . import lifeline
+                from .bridge import lifeline
 
                 # Until serve() installs its own handler, the watch's SIGTERM (a client gone
                 # already, or during the start) must end the server as cleanly: caught below.
@@ -159,14 +160,14 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _terminate_start(signum: int, frame: object) -> None:
-    from .server import Terminated
+    from .bridge.server import Terminated
 
     raise Terminated
 
 
 def _serve_log_format(sink: object, client_pid: int | None) -> str:
     """The server's log line format: syslog's ident already names crs-bridge and its pid."""
-    from .logsink import SyslogSink
+    from .bridge.logsink import SyslogSink
 
     client = "" if client_pid is None else f"[client {client_pid}] "
     return ("" if isinstance(sink, SyslogSink) else _LOG_PREFIX) + client + _LOG_MESSAGE
@@ -235,7 +236,7 @@ class _Server:
     one request at a time; :attr:`methods` asks it for its methods when first needed."""
 
     def __init__(self, trace: str | None) -> None:
-        from ..client import BridgeClient
+        from .client import BridgeClient
 
         command = [sys.executable, "-P", "-m", "crs_bridge", "serve", *(["--trace", trace] if trace else [])]
         self.client = BridgeClient(command=command, timeout=None, capture_stderr=False)
@@ -467,7 +468,7 @@ def _cluster_params(args: argparse.Namespace) -> dict:
     if args.kind == "plan":
         _given_options(params, args, ("threshold", "margin", "max_steps", "allow_repeat"))
         return params
-    from .models import HA_MARGIN, HA_THRESHOLD
+    from .bridge.models import HA_MARGIN, HA_THRESHOLD
 
     # explain checks as an HA round does unless told otherwise (the RPC method's default is no
     # checks); '--threshold none' turns a check off.
@@ -503,7 +504,7 @@ def _largest_fraction(key: str, params: dict) -> float:
     """The largest value ``key`` can mean as a fraction: 1 for a margin and for a normalized
     threshold; for a raw threshold the largest raw imbalance of the file's n nodes, sqrt(n - 1)
     (all load on one node), so that 1.2 stays a valid raw threshold on 3 nodes and more."""
-    from ..core.imbalance import DEFAULT_FORMULA
+    from .core.imbalance import DEFAULT_FORMULA
 
     nodes = params.get("usage", {}).get("nodes") if isinstance(params.get("usage"), dict) else None
     if key == "margin" or params.get("imbalance", DEFAULT_FORMULA) != "raw" or not isinstance(nodes, list):
