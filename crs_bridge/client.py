@@ -140,10 +140,15 @@ class BridgeClient:
         return response["result"]
 
     def request(self, method: str, params: Any = None) -> dict:
-        """Send a request and return the whole response object."""
+        """Send a request and return the whole response object. The late answers of earlier
+        requests (given up after a :class:`TimeoutError`) are skipped, never returned for this one."""
         ident = next(self._ids)
         self.send(self.message(method, params, ident))
-        return self.read()
+        while True:
+            response = self.read()
+            late = isinstance(response, dict) and type(response.get("id")) is int and response["id"] < ident
+            if not late:
+                return response
 
     def notify(self, method: str, params: Any = None) -> None:
         """Send a notification (no answer is expected)."""
