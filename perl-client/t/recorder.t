@@ -156,6 +156,26 @@ subtest 'removals and re-adds before the decision: explain sees the same state' 
     is((cli('replay', $path))[0], 0, 'replay exits 0');
 };
 
+subtest 'the decision is the last scoring answer, not a failed query' => sub {
+    my $record = tempdir(CLEANUP => 1);
+    local $ENV{CRS_BRIDGE_RECORD} = $record;
+    my $usage = PVE::RS::ResourceScheduling::Static->new();
+    $usage->add_node("n$_", 8, 32 * GiB) for 1 .. 3;
+    $usage->add_service("vm:$_", { stats => { maxcpu => 2, maxmem => $_ * GiB }, running => 1,
+        'current-node' => 'n1' }) for 1 .. 4;
+    my $candidates = [ map { { leader => "vm:$_", resources => ["vm:$_"], nodes => [ 'n2', 'n3' ] } } 1 .. 4 ];
+    my $best = $usage->score_best_balancing_migration_candidates($candidates, 1)->[0];
+    ok(!eval { $usage->score_best_balancing_migration_candidates([ { leader => 'vm:9', resources => ['vm:9'],
+        nodes => ['n2'] } ], 1); 1 }, 'a later query fails');
+    undef $usage;
+    my $path = "$record/" . records($record)->[0];
+    my ($status, $out, $err) = cli('explain', "\@$path", '--json');
+    is($status, 0, 'explain exits 0') or diag $err;
+    my $chosen = (eval { JSON::PP->new->decode($out) } // {})->{chosen}[0] // {};
+    is_deeply($chosen->{migration}, $best->{migration}, 'the scoring answer\'s move');
+    is((cli('replay', $path))[0], 0, 'replay exits 0: every call, the failed one too');
+};
+
 subtest 'a directory that cannot be written: one warning, the same answers' => sub {
     my $plain = "$dir/a-file";
     open(my $fh, '>', $plain) or die "cannot write $plain: $!\n";

@@ -178,8 +178,9 @@ sub _warn_once {
 sub _file_parts {
     my ($st, $rec) = @_;
     my $calls = $rec->{calls};
-    # The decision: the last balancing query (the queries whose candidates are kept apart).
-    my ($decision) = grep { $calls->[$_]{candidates} } reverse 0 .. $#$calls;
+    # The decision: the last balancing query that got a result. A failed one, or a select with
+    # its threshold, is not what explain shows: the decision is the last scoring answer.
+    my ($decision) = grep { _decides($calls->[$_]) } reverse 0 .. $#$calls;
     my ($candidates, $limit, $method) = ([], '', 'bruteforce');
     if (defined $decision) {
         my $call = $calls->[$decision];
@@ -197,6 +198,12 @@ sub _file_parts {
     my $rest = '],"calls":[' . join(',', map { _call_json($_) } @$calls) . "]}}\n";
     utf8::encode($_) for $options, $journal, $rest;
     return ('{"candidates":', _list_parts($candidates), $options, $journal, $rest);
+}
+
+sub _decides {
+    my ($call) = @_;
+    return $call->{candidates} && $call->{method} !~ /select_best/ && defined $call->{answer}
+        && $call->{answer} =~ /^\{"jsonrpc":"2\.0","result":/;
 }
 
 # JSON arrays as the parts of one array: their elements, written from where they are.
