@@ -130,6 +130,41 @@ subtest 'a buffered mutation the server refuses after all (a safety net)' => sub
     is(error_of { $fine->calculate_node_imbalance }, '', 'other objects are not affected');
 };
 
+subtest "a round: the new object's creation, its journal and the first query in one write" => sub {
+    PVE::RS::ResourceScheduling::Dynamic->new();    # the first dynamic object waits for the server's answer
+    my $before = live_handles();
+    my ($writes, $reads) = (0, 0);
+    no warnings 'redefine';
+    my ($queue, $read) = (\&CRSBridge::Process::queue, \&CRSBridge::Process::read_line);
+    local *CRSBridge::Process::queue = sub { $writes++ if !$_[2]; goto &$queue };    # $_[2]: held for the next
+    local *CRSBridge::Process::read_line = sub { $reads++; goto &$read };
+    my $usage = PVE::RS::ResourceScheduling::Dynamic->new();
+    $usage->add_node($_->[0], { cpu => $_->[1], maxcpu => 8, mem => GiB, maxmem => 16 * GiB }) for [ a => 1.0 ], [ b => 4.0 ];
+    $usage->add_resource('vm:1', { stats => { cpu => 1.0, maxcpu => 2, mem => GiB, maxmem => 2 * GiB },
+        running => 1, 'current-node' => 'a' });
+    is_deeply([ $writes, $reads ], [ 0, 0 ], 'new and the adds: nothing sent, nothing awaited');
+    my $imbalance = $usage->calculate_node_imbalance;
+    is_deeply([ $writes, $reads ], [ 1, 2 ], 'the query: one write, its answer after the batch\'s');
+    cmp_ok($imbalance, '>', 0, 'the answer of the whole journal');
+    undef $usage;
+    PVE::RS::ResourceScheduling::Dynamic->new();    # dropped without a call: its new is never sent
+    is(live_handles(), $before, 'freed, and nothing left on the server');
+};
+
+subtest "an object whose deferred creation the server refuses is unusable, with the server's reason" => sub {
+    my $first = PVE::RS::ResourceScheduling::Static->new();
+    # Take the handle the next object will choose (c and its id), so that its creation fails.
+    CRSBridge::Connection->instance->call(undef, 'scheduler.new',
+        '{"mode":"static","scheduler":"c' . ($first->{_crs}{id} + 1) . '"}');
+    my $next = PVE::RS::ResourceScheduling::Static->new();
+    $next->add_node('a', 4, GiB);
+    my $error = error_of { $next->calculate_node_imbalance };
+    like($error, qr/^crs-bridge: the server refused a buffered scheduler\.new of this scheduler object \(Invalid params: scheduler: the handle 'c\d+' is in use; .*\); the object is unusable, create a new one\n\z/,
+        'the next query says why');
+    $first->add_node('a', 4, GiB);
+    is(error_of { $first->calculate_node_imbalance }, '', 'other objects are not affected');
+};
+
 # Last: every live object is restored on the small-limit server and may be refused too.
 subtest 'a whole batch refused (over the size limit)' => sub {
     my @server = @{ CRSBridge::Process::command() };

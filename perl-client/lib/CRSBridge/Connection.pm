@@ -106,6 +106,14 @@ sub server_pid {
 Creates the object on the server (C<scheduler.new> with the state's C<mode> and
 C<imbalance>), starting the server if needed, and registers the state as live.
 
+The first object of a mode and formula on a server waits for the server's answer, so that a
+refusal (an unknown formula) dies here with the server's message. Later ones need no answer:
+the object gets a handle of the client's choosing (C<c> and its id, unique in this process,
+which has a server of its own), and its C<scheduler.new> travels with the next batch, ahead of
+its journal (the server runs a batch in order); should the server refuse it after all, the
+object is poisoned as for a refused buffered mutation. A round's C<new>, journal and first
+query so reach the server in one write, and the round waits for two answers, not three.
+
 =cut
 
 my $NEXT_OBJECT = 0;
@@ -114,16 +122,24 @@ sub create {
     my ($self, $st) = @_;
     $st->{id} = ++$NEXT_OBJECT;
     @$st{qw(jf sent)} = ([], 0);
-    my $result = $self->call(undef, 'scheduler.new', _new_params($st));
-    $st->{handle} = $result->{scheduler};
-    $st->{srv} = $self->{srv};
+    my $kind = "$st->{mode} $st->{imbalance}";
+    if ($self->{proc} && !$self->{busy} && $self->{created}{$kind}) {
+        @$st{qw(handle srv unborn)} = ("c$st->{id}", $self->{srv}, 1);
+        push @{ $self->{dirty} }, $st;
+    } else {
+        my $result = $self->call(undef, 'scheduler.new', _new_params($st));
+        @$st{qw(handle srv)} = ($result->{scheduler}, $self->{srv});
+        $self->{created}{$kind} = 1;
+    }
     $LIVE{ $st->{id} } = $st;
     return;
 }
 
+# The params of the state's scheduler.new, with its handle if the client chooses it.
 sub _new_params {
-    my ($st) = @_;
-    return '{"mode":' . json_str($st->{mode}) . ',"imbalance":' . json_str($st->{imbalance}) . '}';
+    my ($st, $handle) = @_;
+    return '{"mode":' . json_str($st->{mode}) . ',"imbalance":' . json_str($st->{imbalance})
+        . (defined $handle ? ',"scheduler":' . json_str($handle) : '') . '}';
 }
 
 =item mutate(\%state, $method, $args_json)
@@ -212,7 +228,7 @@ sub _call_once {
     $self->_ensure_server;
     die $st->{poison} if $st && $st->{poison};
     $self->{busy} = 1;
-    $self->_flush;
+    $self->_flush(1);    # sent with the request, in one write
     my $id = $self->_send($st, $method, $params, $positional);
     my $answer = $self->_await($id, $self->_deadline);
     $self->{busy} = 0;
@@ -267,7 +283,7 @@ sub _call_series_once {
     $self->_ensure_server;
     die $st->{poison} if $st->{poison};
     $self->{busy} = 1;
-    $self->_flush;
+    $self->_flush(1);    # sent with the first call, in one write
     my @ids;
     for my $i (0 .. $#$calls) {
         my ($method, $p) = @{ $calls->[$i] };
@@ -347,7 +363,7 @@ sub _ensure_server {
     $self->{proc} = CRSBridge::Process->spawn;
     $self->{number} = ++$SERVERS;
     $self->{srv} = "$SERVERS/$$";
-    @$self{qw(dirty frees batches)} = ([], [], []);
+    @$self{qw(dirty frees batches created)} = ([], [], [], {});
     $PENDING = 0;
     $self->{busy} = 1;
     $self->_restore;
@@ -382,7 +398,7 @@ sub _restore {
                 . ($answer ? $answer->{error}{message} : 'no answer') . "\n";
             next;
         }
-        @$st{qw(handle srv sent)} = ($answer->{result}{scheduler}, $self->{srv}, 0);
+        @$st{qw(handle srv sent unborn)} = ($answer->{result}{scheduler}, $self->{srv}, 0, 0);
         push @{ $self->{dirty} }, $st if @{ $st->{jf} };
     }
     return;
@@ -390,17 +406,24 @@ sub _restore {
 
 # -- batches ---------------------------------------------------------------------------------
 
-# Queue all unsent journal entries (one scheduler.apply per object) and frees as one batch;
-# answers are checked as they come.
+# Queue all unsent journal entries (one scheduler.apply per object, after the object's
+# scheduler.new if it is unborn, see create) and frees as one batch; answers are checked as
+# they come. With $hold, the batch waits in the buffer for the request queued next.
 sub _flush {
-    my ($self) = @_;
+    my ($self, $hold) = @_;
     $PENDING = 0;
     return if !$self->{proc};
     my $srv = $self->{srv};
-    my (@parts, @ranges);    # ranges: [first id, state (undef: frees), first journal index]
+    my (@parts, @ranges, %news);    # ranges: [first id, state (undef: frees), first journal index]
     my $id = $self->{next_id};
     for my $st (@{ $self->{dirty} }) {
         next if $st->{dead} || $st->{poison} || $st->{srv} ne $srv;
+        if ($st->{unborn}) {
+            $st->{unborn} = 0;
+            $news{$id} = $st;
+            push @parts, '{"jsonrpc":"2.0","method":"scheduler.new","id":' . $id++
+                . ',"params":' . _new_params($st, $st->{handle}) . '}';
+        }
         my ($jf, $from) = ($st->{jf}, $st->{sent});
         my $head = ',"params":{"scheduler":' . json_str($st->{handle}) . ',"mutations":[';
         for (my $at = $from; $at < @$jf; $at += APPLY_MAX) {
@@ -421,9 +444,9 @@ sub _flush {
     return if !@parts;
     my $line = '[' . join(',', @parts) . "]\n";
     utf8::encode($line);
-    push @{ $self->{batches} }, { first => $self->{next_id}, last => $id - 1, ranges => \@ranges };
+    push @{ $self->{batches} }, { first => $self->{next_id}, last => $id - 1, ranges => \@ranges, news => \%news };
     $self->{next_id} = $id;
-    $self->{proc}->queue($line);
+    $self->{proc}->queue($line, $hold);
     return;
 }
 
@@ -476,6 +499,10 @@ sub _batch_answered {
     my $answers = decode_json_text($line);
     for my $answer (@$answers) {
         next if !$answer->{error} || !$batch;
+        if (my $st = $batch->{news}{ $answer->{id} // '' }) {
+            _poison($st, $answer->{error}{message} // 'no message', 'scheduler.new');
+            next;
+        }
         my ($st, $first) = _owner($batch, $answer->{id} // -1) or next;
         _refused($st, $first, $answer->{error});
     }
@@ -499,7 +526,7 @@ sub _refused {
 sub _owner {
     my ($batch, $id) = @_;
     return if $id < $batch->{first} || $id > $batch->{last};
-    my ($range) = grep { $_->[0] <= $id } reverse @{ $batch->{ranges} };
+    my ($range) = grep { $_->[0] <= $id } reverse @{ $batch->{ranges} };    # (a new's id is in none)
     return if !$range || !$range->[1];
     return ($range->[1], $range->[2] + $id - $range->[0]);
 }
@@ -539,6 +566,7 @@ sub release {
     $st->{dead} = 1;
     my $self = $CURRENT;
     return if !$self || $self->{pid} != $$ || !$self->{proc} || ($st->{srv} // '') ne $self->{srv};
+    return if $st->{unborn};    # never sent: nothing to free
     push @{ $self->{frees} }, $st->{handle};
     return;
 }
