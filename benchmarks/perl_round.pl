@@ -235,7 +235,8 @@ sub print_server_time {
         if ($line =~ /^\S+ --> \[\w[\w-]*\] (\[?)\{.*?"method":"([^"]+)"/) {
             $kind = ($1 ? 'batches of ' : '') . $2;
             $kind =~ s/scheduler\.add_(node|service|resource)\b/scheduler.add_*/;
-            push @rounds, {} if $kind eq 'scheduler.new';
+            # A round starts with its object's scheduler.new (alone, or in the batch of its journal).
+            push @rounds, {} if $line =~ /"method":"scheduler\.new"/;
         } elsif ($line =~ /^\S+ <-- ([\d.]+) ms/ && defined $kind && @rounds) {
             $rounds[-1]{$kind} += $1;
             $rounds[-1]{total} += $1;

@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 # The adds' common case is decoded and rendered by a fast path written out for speed
-# (CRSBridge::Scheduler::_resource_adder); it must journal exactly what the exact decoders
+# (CRSBridge::Records::plain_resource_entry); it must journal exactly what the exact decoders
 # (CRSBridge::Records::resource_param) journal for the same values, and leave everything else
 # to them, so that their error texts stay the only ones.
 
@@ -25,7 +25,7 @@ my $exact = 0;
     *CRSBridge::Scheduler::resource_param = \&CRSBridge::Records::resource_param;
 }
 
-sub journal { return [ @{ $_[0]{_crs}{jf} } ] }
+sub journal { return [ @{ CRSBridge::Connection::journal_entries($_[0]{_crs}) } ] }
 
 my @nodes = ('n1', 'n2', "n\x{fc}3");    # a name above ASCII needs no escape in JSON
 

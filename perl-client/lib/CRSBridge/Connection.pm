@@ -28,10 +28,7 @@ use constant APPLY_MAX => 10000;
 my $CURRENT;       # the connection of this process ($CURRENT->{pid} == $$), or one inherited across fork
 my %LIVE;          # object id -> state of every live scheduler object of this process
 my $SERVERS = 0;   # servers started so far, to tell a handle's server apart from the current one
-# Journal entries not yet queued to the server, over all objects: a flush is due at CHUNK. A
-# package variable, counted by journal and by its common case written out in
-# CRSBridge::Scheduler (a call less per add).
-our $PENDING = 0;
+my $PENDING = 0;   # journal entries not yet queued to the server, over all objects: a flush is due at CHUNK
 # The last answer read for a call (a reference to the line as the server wrote it), for
 # CRSBridge::Recorder, which records answers bit for bit.
 our $ANSWER;
@@ -62,11 +59,13 @@ not in the journal: as for any call that dies, it did not happen.
 
 =head1 OBJECT STATE
 
-A scheduler object's state is a hash: C<id>, C<mode>, C<imbalance>, C<handle> and C<srv>
+A scheduler object's state is a hash. Its creator gives C<mode> and C<imbalance> (read here
+to create the object on each new server) and may keep keys of its own (L<CRSBridge::Scheduler>:
+C<mirror>); this module owns, and alone reads and writes, the rest: C<id>, C<handle> and C<srv>
 (its server-side handle and the server it is valid on), C<jf> (journal: one
 C<scheduler.apply> entry per mutation, the JSON text C<[method, args...]>), C<sent> (journal
 entries already queued to the current server), C<poison> (set when the server refused a
-buffered mutation).
+buffered mutation: see C<check_usable>), C<dead>.
 
 =head1 METHODS
 
@@ -159,23 +158,50 @@ sub mutate {
 =item journal(\%state, $entry_json)
 
 C<mutate> with the whole journal entry, the JSON text C<[method, args...]>; a function of this
-process's connection rather than a method, for the adds a round makes by the thousand.
+process's connection rather than a method, for the adds a round makes by the thousand. Dies as
+C<check_usable> for an unusable object.
 
 =cut
 
 sub journal {
     my $st = $_[0];    # the entry, $_[1], is not copied but once, into the journal
+    my $jf = $st->{jf};
+    # The common case: a usable object with unsent entries already, and no flush due.
+    if (!$st->{poison} && $st->{sent} < @$jf && $PENDING < CHUNK - 1) {
+        push @$jf, $_[1];
+        $PENDING++;
+        return;
+    }
     # Reading $$ is a system call, too dear for every entry: the process is checked when the
     # entries are sent. A forked child that journals into the connection it inherited changes
     # nothing that matters: its own connection (instance) starts a new server and restores
     # every object, whole journals included.
-    # The common case, an object with unsent entries already and no flush due, is only the
-    # push and the count: CRSBridge::Scheduler's adds do that themselves.
+    check_usable($st);
     my $self = $CURRENT // instance();
-    my $jf = $st->{jf};
     push @{ $self->{dirty} }, $st if $st->{sent} == @$jf;
     push @$jf, $_[1];
     instance()->_flush_quietly if ++$PENDING >= CHUNK;
+    return;
+}
+
+=item journal_entries(\%state)
+
+The object's journal (an array reference, to read, not to change): every mutation it has
+accepted, in order, each the JSON text C<[method, args...]>.
+
+=cut
+
+sub journal_entries { return $_[0]{jf} }
+
+=item check_usable(\%state)
+
+Dies saying why when the object is unusable: the server refused one of its buffered mutations,
+or it could not be restored on a new server.
+
+=cut
+
+sub check_usable {
+    die $_[0]{poison} if $_[0]{poison};
     return;
 }
 

@@ -6,25 +6,21 @@ package CRSBridge::Scheduler;
 use strict;
 use warnings;
 
-use CRSBridge::Args qw(
-    check_arity check_invocant arg_string arg_str arg_usize arg_f64 check_finite plain_number MAX_CORES MAX_BYTES
-);
+use CRSBridge::Args qw(check_arity check_invocant arg_string arg_str arg_usize arg_f64 check_finite);
 use CRSBridge::Codec qw(json_str json_int json_num json_str_list);
 use CRSBridge::Config;
 use CRSBridge::Connection;
 use CRSBridge::Mirror;
-use CRSBridge::Records qw(candidates_param candidates_list resource_param);
+use CRSBridge::Planning;
+use CRSBridge::Records qw(candidates_param candidates_list resource_param plain_resource_entry);
 use CRSBridge::Recorder;
 use Scalar::Util ();
 
 BEGIN {
-    warnings->unimport('experimental::builtin') if $] >= 5.036;    # plain_number is one
-    *_bool = defined &builtin::is_bool ? \&builtin::is_bool : sub { 0 };    # else: the exact path
+    warnings->unimport('experimental::builtin') if $] >= 5.036;
     # builtin::reftype compiles to an op, no sub call (perl >= 5.36); the same answers.
     *_reftype = defined &builtin::reftype ? \&builtin::reftype : \&Scalar::Util::reftype;
 }
-
-use parent 'CRSBridge::Planning';    # the extras plan_rebalance and explain_migrations
 
 =head1 NAME
 
@@ -74,7 +70,7 @@ sub _binding {
 # JSON cannot carry, see CRSBridge::Records): raised once the mirror found no upstream error.
 sub _mutate {
     my ($st, $method, $args, $refused, $op, @args) = @_;
-    die $st->{poison} if $st->{poison};
+    CRSBridge::Connection::check_usable($st);
     my $conn = CRSBridge::Connection->instance;
     if ($refused) {
         $st->{mirror}->check($op, @args);
@@ -90,82 +86,32 @@ sub _mutate {
 
 # The method add_service (static, $method 'add_service', $param 'service') or add_resource
 # (dynamic: 'add_resource', 'resource'): ($self, $sid, \%resource), the caller's scalars (the
-# decoders judge them as perlmod does).
-#
-# The common case runs once per guest and HA round, so it is written out in this one sub, with
-# no calls but a few builtins: a plain sid and a plain resource (a hash of plain numbers within
-# crs-bridge's bounds and plain names, as CRSBridge::Records defines them), for which the exact
-# decoders would give the same values and accept them, rendered as they would render them
-# (perl-client/t/fast-path.t holds the two together); a new stationary resource on a known node
-# is recorded in the mirror as Mirror::add_resource records it (any other placement goes through
-# that method, and its errors), and journaled as Connection::journal journals it. Any other
-# sid or resource is decoded exactly and goes through _mutate (a value the server refuses, or a
-# node's memory near its limit (Mirror::memory_risk), is sent as a single call, for the server's
-# message), so decoding errors come from one place.
+# decoders judge them as perlmod does). It runs once per guest and HA round: plain values
+# (CRSBridge::Records::plain_resource_entry) of a new stationary resource on a known node, which
+# cannot fail, are recorded and journaled at once (journal dies for an unusable object, whose
+# mirror no longer matters); other plain values go through _mutate as they are, anything else is
+# decoded exactly first, so that decoding errors come from one place.
 sub _resource_adder {
     my ($method, $param) = @_;
     return sub {
         check_arity($method, \@_, 'this', 'sid', $param) if @_ != 3;
         my $st = ref $_[0] && _reftype($_[0]) eq 'HASH' && $_[0]{_crs} || _state($_[0]);
-        FAST: {
-            my ($sid, $r) = @_[1, 2];
-            last FAST if $st->{poison} || ref $r ne 'HASH' || !defined $sid || ref $sid || plain_number($sid)
-                || $sid eq '' || $sid =~ tr/\x00-\x1f"\\//;
-            my ($s, $running, $current, $target) = @$r{ 'stats', 'running', 'current-node', 'target-node' };
-            last FAST if ref $s ne 'HASH' || !(plain_number($running) || _bool($running))
-                || !defined $current || ref $current || plain_number($current) || $current eq ''
-                || $current =~ tr/\x00-\x1f"\\//
-                || defined $target
-                && (ref $target || plain_number($target) || $target eq '' || $target =~ tr/\x00-\x1f"\\//);
-            my ($stats, $maxmem);
-            if ($st->{mode} eq 'static') {
-                my $maxcpu;
-                ($maxcpu, $maxmem) = @$s{qw(maxcpu maxmem)};
-                # NaN fails the comparisons.
-                last FAST if !plain_number($maxcpu) || !plain_number($maxmem)
-                    || !($maxcpu >= 0 && $maxcpu <= MAX_CORES && $maxmem >= 0 && $maxmem <= MAX_BYTES);
-                $stats = '{"maxcpu":' . ($maxcpu == int($maxcpu) ? int($maxcpu) : json_num($maxcpu))
-                    . ',"maxmem":' . int($maxmem) . '}';
-            } else {
-                my ($cpu, $maxcpu, $mem);
-                ($cpu, $maxcpu, $mem, $maxmem) = @$s{qw(cpu maxcpu mem maxmem)};
-                last FAST
-                    if !plain_number($cpu) || !plain_number($maxcpu) || !plain_number($mem) || !plain_number($maxmem)
-                    || !($cpu >= 0 && $cpu <= MAX_CORES && $maxcpu >= 0 && $maxcpu <= MAX_CORES)
-                    || !($mem >= 0 && $mem <= MAX_BYTES && $maxmem >= 0 && $maxmem <= MAX_BYTES);
-                $stats = '{"cpu":' . ($cpu == int($cpu) ? int($cpu) : json_num($cpu))
-                    . ',"maxcpu":' . ($maxcpu == int($maxcpu) ? int($maxcpu) : json_num($maxcpu))
-                    . ',"mem":' . int($mem) . ',"maxmem":' . int($maxmem) . '}';
-            }
-            my $entry = qq(["$method","$sid",{"stats":$stats,"running":) . ($running ? 'true' : 'false')
-                . qq(,"current-node":"$current") . (defined $target ? qq(,"target-node":"$target"}]) : '}]');
-            # Names with characters past Latin-1 (one test for all three): arg_string checks them.
-            last FAST if utf8::is_utf8($entry);
-            my $m = $st->{mirror};
-            $maxmem = int($maxmem);
-            my $bound = $m->{bound} + $maxmem;
-            # A node's memory might near the server's limit: the exact path sends the add as a call.
-            last FAST if $bound >= CRSBridge::Mirror::MEMORY_RISK;
-            if (defined $target || !exists $m->{nodes}{$current} || exists $m->{res}{$sid}) {
-                $m->add_resource($sid, $current, $target, $maxmem);    # dies with upstream's message
-            } else {
-                $m->{res}{$sid} = $current;
-                $m->{bound} = $bound;
-            }
-            # Connection::journal's common case, written out (see there).
-            my $jf = $st->{jf};
-            if ($st->{sent} < @$jf && $CRSBridge::Connection::PENDING < CRSBridge::Connection::CHUNK - 1) {
-                push @$jf, $entry;
-                $CRSBridge::Connection::PENDING++;
-            } else {
-                CRSBridge::Connection::journal($st, $entry);
-            }
+        my ($entry, $current, $target, $maxmem) = plain_resource_entry($method, $_[1], $_[2], $st->{mode});
+        if (defined $entry && CRSBridge::Mirror::add_new_stationary($st->{mirror}, $_[1], $current, $target, $maxmem)) {
+            CRSBridge::Connection::journal($st, $entry);
             return;
         }
-        my $sid = arg_string($_[1]);
-        my ($json, $refused, $current, $target, $maxmem) = resource_param($_[2], $st->{mode}, $param);
-        $refused ||= $sid eq '' || $st->{mirror}->memory_risk($maxmem);
-        _mutate($st, $method, json_str($sid) . ",$json", $refused, add_resource => $sid, $current, $target, $maxmem);
+        my ($sid, $args, $refused) = ($_[1], undef, 0);
+        if (defined $entry) {
+            $args = substr($entry, length($method) + 4, -1);    # the entry without ["$method", and ]
+        } else {
+            $sid = arg_string($_[1]);
+            ($args, $refused, $current, $target, $maxmem) = resource_param($_[2], $st->{mode}, $param);
+            $args = json_str($sid) . ",$args";
+            $refused ||= $sid eq '';
+        }
+        $refused ||= $st->{mirror}->memory_risk($maxmem);
+        _mutate($st, $method, $args, $refused, add_resource => $sid, $current, $target, $maxmem);
         return;
     };
 }
@@ -174,7 +120,7 @@ sub _resource_adder {
 # upstream, so only known ones are journaled.
 sub _remove_resource {
     my ($st, $method, $sid) = @_;
-    die $st->{poison} if $st->{poison};
+    CRSBridge::Connection::check_usable($st);
     _mutate($st, $method, json_str($sid), 0, remove_resource => $sid) if $st->{mirror}->has_resource($sid);
     return;
 }
@@ -212,7 +158,7 @@ sub remove_node {
     check_arity('remove_node', \@_, qw(this nodename));
     my $st = _state($_[0]);
     my $name = arg_str($_[1]);
-    die $st->{poison} if $st->{poison};
+    CRSBridge::Connection::check_usable($st);
     return if !$st->{mirror}->has_node($name);
     _mutate($st, 'remove_node', json_str($name), 0, remove_node => $name);
     return;
@@ -228,7 +174,7 @@ unspecified).
 sub list_nodes {
     check_arity('list_nodes', \@_, qw(this));
     my $st = _state($_[0]);
-    die $st->{poison} if $st->{poison};
+    CRSBridge::Connection::check_usable($st);
     my $names = $st->{mirror}->node_names;
     CRSBridge::Recorder::answered_locally($st, 'scheduler.list_nodes', '', json_str_list($names)) if $st->{rec};
     return $names;
@@ -244,7 +190,7 @@ sub contains_node {
     check_arity('contains_node', \@_, qw(this nodename));
     my $st = _state($_[0]);
     my $name = arg_str($_[1]);
-    die $st->{poison} if $st->{poison};
+    CRSBridge::Connection::check_usable($st);
     my $has = $st->{mirror}->has_node($name) ? 1 : 0;
     CRSBridge::Recorder::answered_locally($st, 'scheduler.contains_node', '"nodename":' . json_str($name),
         $has ? 'true' : 'false') if $st->{rec};
@@ -390,6 +336,19 @@ nothing): see L<CRSBridge::Planning>.
 =back
 
 =cut
+
+sub plan_rebalance {
+    check_arity('plan_rebalance', @_ == 2 ? [ @_, undef ] : \@_, qw(this candidates opts));
+    my $st = _state($_[0]);
+    my $params = CRSBridge::Planning::plan_params($_[1], $_[2]);
+    return CRSBridge::Planning::plan_answer(_server_query($st, 'scheduler.plan_rebalance', $params));
+}
+
+sub explain_migrations {
+    check_arity('explain_migrations', @_ == 2 ? [ @_, undef ] : \@_, qw(this candidates opts));
+    my $st = _state($_[0]);
+    return _server_query($st, 'explain_migrations', CRSBridge::Planning::explain_params($_[1], $_[2]));
+}
 
 sub DESTROY {
     my ($self) = @_;
