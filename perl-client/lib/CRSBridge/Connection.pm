@@ -19,16 +19,19 @@ use CRSBridge::Codec qw(backend decode_json_text json_str);
 use CRSBridge::Config;
 use CRSBridge::Process;
 
-# Buffered mutations are sent once this many have piled up (over all objects): the server
-# applies them while Perl builds the next ones, and a query waits for at most this many.
-use constant CHUNK => 250;
+# Buffered mutations are sent once FIRST_CHUNK have piled up (over all objects) after a call,
+# then each time twice as many as the last time, up to CHUNK: the server applies them while
+# Perl builds the next ones, starting early in a round (its new object and nodes, the first
+# guests) and keeping pace with it, and a query waits for at most CHUNK of them.
+use constant { FIRST_CHUNK => 16, CHUNK => 250 };
 # Most journal entries in one scheduler.apply (a replay of a longer journal takes several).
 use constant APPLY_MAX => 10000;
 
 my $CURRENT;       # the connection of this process ($CURRENT->{pid} == $$), or one inherited across fork
 my %LIVE;          # object id -> state of every live scheduler object of this process
 my $SERVERS = 0;   # servers started so far, to tell a handle's server apart from the current one
-my $PENDING = 0;   # journal entries not yet queued to the server, over all objects: a flush is due at CHUNK
+my $PENDING = 0;   # journal entries not yet queued to the server, over all objects: a flush is due at $DUE
+my $DUE = FIRST_CHUNK;
 # The last answer read for a call (a reference to the line as the server wrote it), for
 # CRSBridge::Recorder, which records answers bit for bit.
 our $ANSWER;
@@ -167,7 +170,7 @@ sub journal {
     my $st = $_[0];    # the entry, $_[1], is not copied but once, into the journal
     my $jf = $st->{jf};
     # The common case: a usable object with unsent entries already, and no flush due.
-    if (!$st->{poison} && $st->{sent} < @$jf && $PENDING < CHUNK - 1) {
+    if (!$st->{poison} && $st->{sent} < @$jf && $PENDING < $DUE - 1) {
         push @$jf, $_[1];
         $PENDING++;
         return;
@@ -180,7 +183,7 @@ sub journal {
     my $self = $CURRENT // instance();
     push @{ $self->{dirty} }, $st if $st->{sent} == @$jf;
     push @$jf, $_[1];
-    instance()->_flush_quietly if ++$PENDING >= CHUNK;
+    instance()->_flush_quietly if ++$PENDING >= $DUE;
     return;
 }
 
@@ -434,10 +437,12 @@ sub _restore {
 
 # Queue all unsent journal entries (one scheduler.apply per object, after the object's
 # scheduler.new if it is unborn, see create) and frees as one batch; answers are checked as
-# they come. With $hold, the batch waits in the buffer for the request queued next.
+# they come. With $hold, the batch waits in the buffer for the request queued next (a call's
+# flush: the next flush is due at FIRST_CHUNK entries; else at twice this one's, up to CHUNK).
 sub _flush {
     my ($self, $hold) = @_;
     $PENDING = 0;
+    $DUE = $hold ? FIRST_CHUNK : $DUE * 2 < CHUNK ? $DUE * 2 : CHUNK;
     return if !$self->{proc};
     my $srv = $self->{srv};
     my (@parts, @ranges, %news);    # ranges: [first id, state (undef: frees), first journal index]
