@@ -67,8 +67,9 @@ to create the object on each new server) and may keep keys of its own (L<CRSBrid
 C<mirror>); this module owns, and alone reads and writes, the rest: C<id>, C<handle> and C<srv>
 (its server-side handle and the server it is valid on), C<jf> (journal: one
 C<scheduler.apply> entry per mutation, the JSON text C<[method, args...]>), C<sent> (journal
-entries already queued to the current server), C<poison> (set when the server refused a
-buffered mutation: see C<check_usable>), C<dead>.
+entries already queued to the current server), C<unborn> (its C<scheduler.new> not yet sent,
+see C<create>), C<poison> (set when the server refused a buffered mutation or its creation: see
+C<check_usable>), C<dead>.
 
 =head1 METHODS
 

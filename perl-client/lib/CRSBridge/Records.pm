@@ -2,7 +2,7 @@ package CRSBridge::Records;
 
 # The binding's input records (binding.md section 2.1): decoded as upstream decodes them and
 # rendered as the JSON the server takes. The common shape (plain numbers and plain names, as the
-# HA manager passes them) goes through a fast path (plain_resource_entry, candidates_param);
+# HA manager passes them) goes through a fast path (plain_resource_args, candidates_param);
 # anything else goes through the exact decoders of CRSBridge::Args,
 # which also produce upstream's error messages. A whole argument is decoded before any value is
 # checked against crs-bridge's bounds, as upstream reports decoding errors only.
@@ -23,7 +23,7 @@ use CRSBridge::Args qw(
 use CRSBridge::Codec qw(json_str json_num json_int json_str_list);
 
 our @EXPORT_OK = qw(
-    static_stats_param dynamic_stats_param node_stats_param resource_param plain_resource_entry
+    static_stats_param dynamic_stats_param node_stats_param resource_param plain_resource_args
     candidates_param candidates_list
 );
 
@@ -95,21 +95,20 @@ sub resource_param {
     return (_resource_json($stats, $r->{running}, $current, $target), $refused, $current, $target, $r->{stats}{maxmem});
 }
 
-=item plain_resource_entry($method, $sid, $value, $mode)
+=item plain_resource_args($sid, $value, $mode)
 
 The adds' common case, which runs once per guest and HA round: a plain sid (see the top) and
 a resource of plain numbers within crs-bridge's bounds and plain names. Returns
-C<($entry_json, $current_node, $target_node_or_undef, $maxmem)>, C<$entry_json> being the
-journal entry of the add C<$method> (C<["add_service","vm:1",{...}]>), the sid and the resource
-rendered as C<resource_param> renders them, or an empty list for any other value: the caller
-then decodes it with C<arg_string> and C<resource_param>, whose errors are the only ones
-(perl-client/t/fast-path.t holds the two paths together). Written out, with no calls but
-builtins.
+C<($args_json, $current_node, $target_node_or_undef, $maxmem)>, C<$args_json> being the sid
+and the resource as C<resource_param> renders them (C<"vm:1",{...}>), or an empty list for any
+other value: the caller then decodes it with C<arg_string> and C<resource_param>, whose errors
+are the only ones (perl-client/t/fast-path.t holds the two paths together). Written out, with
+no calls but builtins.
 
 =cut
 
-sub plain_resource_entry {
-    my ($method, $sid, $r, $mode) = @_;
+sub plain_resource_args {
+    my ($sid, $r, $mode) = @_;
     return if ref $r ne 'HASH' || !defined $sid || ref $sid || _number($sid) || $sid eq '' || $sid =~ tr/\x00-\x1f"\\//;
     my ($s, $running, $current, $target) = @$r{ 'stats', 'running', 'current-node', 'target-node' };
     return if ref $s ne 'HASH' || !(_number($running) || _bool($running))
@@ -134,11 +133,11 @@ sub plain_resource_entry {
             . ',"maxcpu":' . ($maxcpu == int($maxcpu) ? int($maxcpu) : json_num($maxcpu))
             . ',"mem":' . int($mem) . ',"maxmem":' . int($maxmem) . '}';
     }
-    my $entry = qq(["$method","$sid",{"stats":$stats,"running":) . ($running ? 'true' : 'false')
-        . qq(,"current-node":"$current") . (defined $target ? qq(,"target-node":"$target"}]) : '}]');
+    my $args = qq("$sid",{"stats":$stats,"running":) . ($running ? 'true' : 'false')
+        . qq(,"current-node":"$current") . (defined $target ? qq(,"target-node":"$target"}) : '}');
     # Names with characters past Latin-1 (one test for all three): arg_string checks them.
-    return if utf8::is_utf8($entry);
-    return ($entry, $current, $target, int($maxmem));
+    return if utf8::is_utf8($args);
+    return ($args, $current, $target, int($maxmem));
 }
 
 sub _resource_json {

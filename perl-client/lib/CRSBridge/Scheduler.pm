@@ -12,7 +12,7 @@ use CRSBridge::Config;
 use CRSBridge::Connection;
 use CRSBridge::Mirror;
 use CRSBridge::Planning;
-use CRSBridge::Records qw(candidates_param candidates_list resource_param plain_resource_entry);
+use CRSBridge::Records qw(candidates_param candidates_list resource_param plain_resource_args);
 use CRSBridge::Recorder;
 use Scalar::Util ();
 
@@ -87,7 +87,7 @@ sub _mutate {
 # The method add_service (static, $method 'add_service', $param 'service') or add_resource
 # (dynamic: 'add_resource', 'resource'): ($self, $sid, \%resource), the caller's scalars (the
 # decoders judge them as perlmod does). It runs once per guest and HA round: plain values
-# (CRSBridge::Records::plain_resource_entry) of a new stationary resource on a known node, which
+# (CRSBridge::Records::plain_resource_args) of a new stationary resource on a known node, which
 # cannot fail, are recorded and journaled at once (journal dies for an unusable object, whose
 # mirror no longer matters); other plain values go through _mutate as they are, anything else is
 # decoded exactly first, so that decoding errors come from one place.
@@ -96,15 +96,13 @@ sub _resource_adder {
     return sub {
         check_arity($method, \@_, 'this', 'sid', $param) if @_ != 3;
         my $st = ref $_[0] && _reftype($_[0]) eq 'HASH' && $_[0]{_crs} || _state($_[0]);
-        my ($entry, $current, $target, $maxmem) = plain_resource_entry($method, $_[1], $_[2], $st->{mode});
-        if (defined $entry && CRSBridge::Mirror::add_new_stationary($st->{mirror}, $_[1], $current, $target, $maxmem)) {
-            CRSBridge::Connection::journal($st, $entry);
+        my ($args, $current, $target, $maxmem) = plain_resource_args($_[1], $_[2], $st->{mode});
+        if (defined $args && CRSBridge::Mirror::add_new_stationary($st->{mirror}, $_[1], $current, $target, $maxmem)) {
+            CRSBridge::Connection::journal($st, qq(["$method",$args]));
             return;
         }
-        my ($sid, $args, $refused) = ($_[1], undef, 0);
-        if (defined $entry) {
-            $args = substr($entry, length($method) + 4, -1);    # the entry without ["$method", and ]
-        } else {
+        my ($sid, $refused) = ($_[1], 0);
+        if (!defined $args) {
             $sid = arg_string($_[1]);
             ($args, $refused, $current, $target, $maxmem) = resource_param($_[2], $st->{mode}, $param);
             $args = json_str($sid) . ",$args";
