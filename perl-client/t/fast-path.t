@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 # The adds' common case is decoded and rendered by a fast path written out for speed
-# (CRSBridge::Records::plain_resource_args); it must journal exactly what the exact decoders
+# (CRSBridge::Scheduler::_resource_adder); it must journal exactly what the exact decoders
 # (CRSBridge::Records::resource_param) journal for the same values, and leave everything else
 # to them, so that their error texts stay the only ones.
 

@@ -30,8 +30,11 @@ use constant APPLY_MAX => 10000;
 my $CURRENT;       # the connection of this process ($CURRENT->{pid} == $$), or one inherited across fork
 my %LIVE;          # object id -> state of every live scheduler object of this process
 my $SERVERS = 0;   # servers started so far, to tell a handle's server apart from the current one
-my $PENDING = 0;   # journal entries not yet queued to the server, over all objects: a flush is due at $DUE
-my $DUE = FIRST_CHUNK;
+# Journal entries not yet queued to the server, over all objects: a flush is due at $DUE. Package
+# variables, counted by journal and by its common case written out in CRSBridge::Scheduler (a
+# call less per add).
+our $PENDING = 0;
+our $DUE = FIRST_CHUNK;
 # The last answer read for a call (a reference to the line as the server wrote it), for
 # CRSBridge::Recorder, which records answers bit for bit.
 our $ANSWER;
@@ -169,19 +172,15 @@ C<check_usable> for an unusable object.
 
 sub journal {
     my $st = $_[0];    # the entry, $_[1], is not copied but once, into the journal
-    my $jf = $st->{jf};
-    # The common case: a usable object with unsent entries already, and no flush due.
-    if (!$st->{poison} && $st->{sent} < @$jf && $PENDING < $DUE - 1) {
-        push @$jf, $_[1];
-        $PENDING++;
-        return;
-    }
     # Reading $$ is a system call, too dear for every entry: the process is checked when the
     # entries are sent. A forked child that journals into the connection it inherited changes
     # nothing that matters: its own connection (instance) starts a new server and restores
     # every object, whole journals included.
+    # The common case, an object with unsent entries already and no flush due, is only the
+    # push and the count: CRSBridge::Scheduler's adds do that themselves.
     check_usable($st);
     my $self = $CURRENT // instance();
+    my $jf = $st->{jf};
     push @{ $self->{dirty} }, $st if $st->{sent} == @$jf;
     push @$jf, $_[1];
     instance()->_flush_quietly if ++$PENDING >= $DUE;

@@ -2,8 +2,8 @@ package CRSBridge::Records;
 
 # The binding's input records (binding.md section 2.1): decoded as upstream decodes them and
 # rendered as the JSON the server takes. The common shape (plain numbers and plain names, as the
-# HA manager passes them) goes through a fast path (plain_resource_args, candidates_param);
-# anything else goes through the exact decoders of CRSBridge::Args,
+# HA manager passes them) goes through a fast path (for the adds' resources, in
+# CRSBridge::Scheduler); anything else goes through the exact decoders of CRSBridge::Args,
 # which also produce upstream's error messages. A whole argument is decoded before any value is
 # checked against crs-bridge's bounds, as upstream reports decoding errors only.
 #
@@ -23,8 +23,7 @@ use CRSBridge::Args qw(
 use CRSBridge::Codec qw(json_str json_num json_int json_str_list);
 
 our @EXPORT_OK = qw(
-    static_stats_param dynamic_stats_param node_stats_param resource_param plain_resource_args
-    candidates_param candidates_list
+    static_stats_param dynamic_stats_param node_stats_param resource_param candidates_param candidates_list
 );
 
 BEGIN {
@@ -82,7 +81,8 @@ sub node_stats_param {
 =item resource_param($value, $mode, $where)
 
 C<{stats, running, 'current-node', 'target-node'}> with static (C<$mode> 'static') or dynamic
-stats -> C<($json, $refused, $current_node, $target_node_or_undef, $maxmem)>.
+stats -> C<($json, $refused, $current_node, $target_node_or_undef, $maxmem)>. (The adds' common case
+does not come here: L<CRSBridge::Scheduler> renders it itself, as this would.)
 
 =cut
 
@@ -93,51 +93,6 @@ sub resource_param {
     my ($current, $target) = @$r{qw(current target)};
     $refused ||= $current eq '' || (defined $target && $target eq '');
     return (_resource_json($stats, $r->{running}, $current, $target), $refused, $current, $target, $r->{stats}{maxmem});
-}
-
-=item plain_resource_args($sid, $value, $mode)
-
-The adds' common case, which runs once per guest and HA round: a plain sid (see the top) and
-a resource of plain numbers within crs-bridge's bounds and plain names. Returns
-C<($args_json, $current_node, $target_node_or_undef, $maxmem)>, C<$args_json> being the sid
-and the resource as C<resource_param> renders them (C<"vm:1",{...}>), or an empty list for any
-other value: the caller then decodes it with C<arg_string> and C<resource_param>, whose errors
-are the only ones (perl-client/t/fast-path.t holds the two paths together). Written out, with
-no calls but builtins.
-
-=cut
-
-sub plain_resource_args {
-    my ($sid, $r, $mode) = @_;
-    return if ref $r ne 'HASH' || !defined $sid || ref $sid || _number($sid) || $sid eq '' || $sid =~ tr/\x00-\x1f"\\//;
-    my ($s, $running, $current, $target) = @$r{ 'stats', 'running', 'current-node', 'target-node' };
-    return if ref $s ne 'HASH' || !(_number($running) || _bool($running))
-        || !defined $current || ref $current || _number($current) || $current eq '' || $current =~ tr/\x00-\x1f"\\//
-        || defined $target && (ref $target || _number($target) || $target eq '' || $target =~ tr/\x00-\x1f"\\//);
-    my ($stats, $maxmem);
-    if ($mode eq 'static') {
-        my $maxcpu;
-        ($maxcpu, $maxmem) = @$s{qw(maxcpu maxmem)};
-        # NaN fails the comparisons.
-        return if !_number($maxcpu) || !_number($maxmem)
-            || !($maxcpu >= 0 && $maxcpu <= MAX_CORES && $maxmem >= 0 && $maxmem <= MAX_BYTES);
-        $stats = '{"maxcpu":' . ($maxcpu == int($maxcpu) ? int($maxcpu) : json_num($maxcpu))
-            . ',"maxmem":' . int($maxmem) . '}';
-    } else {
-        my ($cpu, $maxcpu, $mem);
-        ($cpu, $maxcpu, $mem, $maxmem) = @$s{qw(cpu maxcpu mem maxmem)};
-        return if !_number($cpu) || !_number($maxcpu) || !_number($mem) || !_number($maxmem)
-            || !($cpu >= 0 && $cpu <= MAX_CORES && $maxcpu >= 0 && $maxcpu <= MAX_CORES)
-            || !($mem >= 0 && $mem <= MAX_BYTES && $maxmem >= 0 && $maxmem <= MAX_BYTES);
-        $stats = '{"cpu":' . ($cpu == int($cpu) ? int($cpu) : json_num($cpu))
-            . ',"maxcpu":' . ($maxcpu == int($maxcpu) ? int($maxcpu) : json_num($maxcpu))
-            . ',"mem":' . int($mem) . ',"maxmem":' . int($maxmem) . '}';
-    }
-    my $args = qq("$sid",{"stats":$stats,"running":) . ($running ? 'true' : 'false')
-        . qq(,"current-node":"$current") . (defined $target ? qq(,"target-node":"$target"}) : '}');
-    # Names with characters past Latin-1 (one test for all three): arg_string checks them.
-    return if utf8::is_utf8($args);
-    return ($args, $current, $target, int($maxmem));
 }
 
 sub _resource_json {

@@ -80,7 +80,7 @@ scheduler. Returns nothing.
 
 =cut
 
-# In CRSBridge::Scheduler, shared with the other mode (it runs once per guest and HA round).
+# Written out in CRSBridge::Scheduler (it runs once per guest and HA round: a call less matters).
 *add_resource = CRSBridge::Scheduler::_resource_adder('add_resource', 'resource');
 
 =item remove_resource($sid)

@@ -120,7 +120,7 @@ node>, C<nodes for resource '<sid>' do not exist>. Returns nothing.
 
 =cut
 
-# In CRSBridge::Scheduler, shared with the other mode (it runs once per guest and HA round).
+# Written out in CRSBridge::Scheduler (it runs once per guest and HA round: a call less matters).
 *add_service = CRSBridge::Scheduler::_resource_adder('add_service', 'service');
 
 =item add_service_usage_to_node($nodename, $sid, \%service_stats)
