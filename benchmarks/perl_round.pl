@@ -11,6 +11,9 @@
 #       [--lib DIR]              (the Perl client to measure; default: perl-client/lib of this tree)
 #       [--record DIR]           (rounds alternately without and with the flight recorder writing
 #                                 to DIR, CRS_BRIDGE_RECORD; prints both and the recorder's cost)
+#       [--layout spread|third]  (guests over the nodes: more on the first half (default), or a
+#                                 third of them on the first node and the rest round-robin)
+#       [--stream]               (for benchmarks/ha_round_sizes.pl: rounds on request, see there)
 #
 # A before/after comparison runs both sides alternately, each with its own client and server, e.g.
 #   CRS_BRIDGE_COMMAND="env PYTHONPATH=/tmp/old /work/main/.venv/bin/python -P -m crs_bridge serve" \
@@ -36,13 +39,15 @@ use POSIX ();
 use Time::HiRes qw(time clock_gettime CLOCK_PROCESS_CPUTIME_ID);
 
 my %opt = (rounds => 50, nodes => 16, guests => 2000, mode => 'static');
-GetOptions(\%opt, 'rounds=i', 'nodes=i', 'guests=i', 'mode=s', 'json=s', 'split', 'server-trace=s', 'lib=s', 'record=s')
+GetOptions(\%opt, 'rounds=i', 'nodes=i', 'guests=i', 'mode=s', 'json=s', 'split', 'server-trace=s', 'lib=s', 'record=s',
+    'layout=s', 'stream')
     or die "usage: $0 [--rounds N] [--nodes N] [--guests N] [--mode static|dynamic] [--json PP|XS] [--split]"
-    . " [--server-trace FILE] [--lib DIR] [--record DIR]\n";
+    . " [--server-trace FILE] [--lib DIR] [--record DIR] [--layout spread|third] [--stream]\n";
 
 if (!$opt{json}) {
     # One process per backend: the backend is chosen once per process.
     my @args = map { ("--$_", $opt{$_}) } qw(rounds nodes guests mode);
+    push @args, '--layout', $opt{layout} if $opt{layout};
     push @args, '--split' if $opt{split};
     push @args, '--server-trace', $opt{'server-trace'} if $opt{'server-trace'};
     push @args, '--lib', $opt{lib} if $opt{lib};
@@ -69,12 +74,16 @@ require CRSBridge::Codec;
 
 my $GiB = 1024**3;
 my @nodes = map { sprintf('node%02d', $_) } 1 .. $opt{nodes};
-# Guests spread unevenly (more on the first nodes), 1-8 cores, 1-16 GiB each.
+# Guests spread unevenly, 1-8 cores, 1-16 GiB each: more on the first half of the nodes
+# (spread), or a third on the first node and the others round-robin over the rest (third).
+my $third = ($opt{layout} // 'spread') eq 'third';
 my @guests = map {
     my $i = $_;
     {
         sid => "vm:" . (100 + $i),
-        node => $nodes[ ($i * $i) % @nodes < @nodes / 2 ? $i % (@nodes / 2) : $i % @nodes ],
+        node => $third
+            ? $nodes[ $i % 3 == 0 || @nodes == 1 ? 0 : 1 + $i % (@nodes - 1) ]
+            : $nodes[ ($i * $i) % @nodes < @nodes / 2 ? $i % (@nodes / 2) : $i % @nodes ],
         maxcpu => 1.0 + ($i % 8),
         maxmem => (1 + ($i % 16)) * $GiB,
         cpu => 0.25 * (1 + ($i % 7)),
@@ -158,6 +167,7 @@ sub recorded_round {
 }
 
 my $backend = CRSBridge::Codec::backend();
+stream() if $opt{stream};
 if ($opt{record}) {
     -d $opt{record} or mkdir $opt{record} or die "cannot create $opt{record}: $!\n";
     recorded_round($_ % 2) for 1 .. 4;    # start the server, warm up
@@ -225,7 +235,8 @@ sub print_server_time {
         if ($line =~ /^\S+ --> \[\w[\w-]*\] (\[?)\{.*?"method":"([^"]+)"/) {
             $kind = ($1 ? 'batches of ' : '') . $2;
             $kind =~ s/scheduler\.add_(node|service|resource)\b/scheduler.add_*/;
-            push @rounds, {} if $kind eq 'scheduler.new';
+            # A round starts with its object's scheduler.new (alone, or in the batch of its journal).
+            push @rounds, {} if $line =~ /"method":"scheduler\.new"/;
         } elsif ($line =~ /^\S+ <-- ([\d.]+) ms/ && defined $kind && @rounds) {
             $rounds[-1]{$kind} += $1;
             $rounds[-1]{total} += $1;
@@ -237,4 +248,40 @@ sub print_server_time {
     for my $k (sort { $a eq 'total' ? 1 : $b eq 'total' ? -1 : $a cmp $b } keys %kinds) {
         printf "        %-62s %7.1f ms\n", $k, percentile(0.5, map { $_->{$k} // 0 } @rounds);
     }
+}
+
+# --stream: rounds on request, for a driver that alternates two trees (ha_round_sizes.pl).
+# After 3 warm-up rounds it prints "ready"; then per line on stdin: "rounds N" runs N rounds
+# and prints "round WALL CLIENT_CPU" per round (seconds) and "server CPU" (the server's CPU
+# seconds so far, or "-"); "trips" runs one round counting the client's writes to the server
+# and its round trips (waits for an answer after a write) and prints "trips WRITES TRIPS".
+# Each answer ends with "done".
+sub stream {
+    $| = 1;
+    round() for 1 .. 3;
+    print "ready\n";
+    while (my $line = <STDIN>) {
+        if ($line =~ /^rounds (\d+)/) {
+            for (1 .. $1) {
+                my $t = round();
+                print "round $t->[0] $t->[5]\n";
+            }
+            print "server ", server_cpu() // '-', "\n";
+        } elsif ($line =~ /^trips/) {
+            printf "trips %d %d\n", count_trips();
+        }
+        print "done\n";
+    }
+    exit 0;
+}
+
+# (writes, round trips) of one round: a round trip is a read of an answer after a write.
+sub count_trips {
+    my ($writes, $trips, $wrote) = (0, 0, 0);
+    no warnings 'redefine';
+    my ($queue, $read) = (\&CRSBridge::Process::queue, \&CRSBridge::Process::read_line);
+    local *CRSBridge::Process::queue = sub { $writes++; $wrote = 1; goto &$queue };
+    local *CRSBridge::Process::read_line = sub { $trips++ if $wrote; $wrote = 0; goto &$read };
+    round();
+    return ($writes, $trips);
 }

@@ -376,6 +376,12 @@ class NewSchedulerParams(Params):
 
     mode: Mode
     imbalance: Formula = DEFAULT_FORMULA
+    scheduler: Handle | None = Field(
+        default=None,
+        description="the handle to register the new scheduler under, chosen by the client (refused while"
+        " a live scheduler has it), so that the client can send its next requests without waiting"
+        " for this answer; not given: the server picks one (s1, s2, ...)",
+    )
 
 
 class SchedulerParams(Params):

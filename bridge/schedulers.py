@@ -18,7 +18,7 @@ from ..core.candidates import concat_batches
 from ..core.scheduler import score_migrations
 from . import models as m
 from . import wire
-from .errors import MutationError, ParamsError, UnknownHandleError
+from .errors import MutationError, ParamsError, UnknownHandleError, shorten
 from .limits import ServerLimits, how_to_raise
 from .registry import MethodSpec, Variant, both, on_scheduler, stateless
 
@@ -54,9 +54,16 @@ class State:
         except KeyError:
             raise UnknownHandleError(handle) from None
 
-    def new_handle(self, scheduler: Scheduler) -> str:
-        """Register ``scheduler`` under a fresh handle (``s1``, ``s2``, ...; never reused)."""
-        handle = f"s{next(self._handles)}"
+    def new_handle(self, scheduler: Scheduler, handle: str | None = None) -> str:
+        """Register ``scheduler`` under ``handle`` (the client's choice: ParamsError naming the
+        field while a live scheduler has it), or under a fresh one (``s1``, ``s2``, ...; never
+        reused, and none that a client chose and still holds)."""
+        if handle is None:
+            handle = f"s{next(self._handles)}"
+            while handle in self.schedulers:
+                handle = f"s{next(self._handles)}"
+        elif handle in self.schedulers:
+            raise ParamsError([("scheduler", f"the handle '{shorten(handle)}' is in use; free it or choose another")])
         self.schedulers[handle] = scheduler
         return handle
 
@@ -339,10 +346,10 @@ def _free(state: State, p: Any) -> bool:
 LIFECYCLE = [
     stateless(
         "scheduler.new",
-        "Create an empty scheduler; returns its handle.",
+        "Create an empty scheduler (under the client's handle, if given); returns its handle.",
         m.SchedulerHandle,
         m.NewSchedulerParams,
-        lambda state, p: {"scheduler": state.new_handle(new_scheduler(p.mode, p.imbalance))},
+        lambda state, p: {"scheduler": state.new_handle(new_scheduler(p.mode, p.imbalance), p.scheduler)},
     ),
     stateless("scheduler.free", "Release a scheduler; its handle becomes unknown.", bool, m.SchedulerParams, _free),
 ]

@@ -351,6 +351,8 @@ class MessageDecoder:
                 union.append(made.get((name, kind)) or made.setdefault((name, kind), self._request(name, kind)))
             requests.append(Union[tuple(union)])  # noqa: UP007 (built from a tuple)
         self._decoders = [msgspec.json.Decoder(list[request] | request) for request in requests]
+        self._requests = [msgspec.json.Decoder(request) for request in requests]
+        self._batch = msgspec.json.Decoder(list[msgspec.Raw])
         #: The deepest valid message (a batch of the deepest request).
         self.depth = 1 + max(map(depth, requests))
 
@@ -374,7 +376,27 @@ class MessageDecoder:
                 return decoder.decode(message)
             except REFUSED:
                 continue
-        return None
+        return self._request_by_request(message)
+
+    def _request_by_request(self, message: bytes) -> list | None:
+        """A batch that no one decoder takes whole, its requests' params of kinds no one decoder
+        pairs (a new scheduler's named params and a dynamic scheduler's mutations, as a Perl
+        round sends them together), decoded request by request; None if a request is refused."""
+        try:
+            raws = self._batch.decode(message)
+        except REFUSED:
+            return None
+        requests = []
+        for raw in raws:
+            for decoder in self._requests:
+                try:
+                    requests.append(decoder.decode(raw))
+                    break
+                except REFUSED:
+                    continue
+            else:
+                return None
+        return requests
 
 
 # -- engine values --------------------------------------------------------------------------------

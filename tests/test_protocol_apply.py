@@ -243,3 +243,44 @@ def test_discover_publishes_apply_per_mode(bridge):
     validator.validate(SESSIONS["dynamic"])
     assert not validator.is_valid([["add_node", "n1", "many", GiB]])
     assert not validator.is_valid([["no_such_method"]])
+
+
+def test_a_handle_of_the_clients_choosing_serves_a_batch_sent_before_any_answer(bridge):
+    """``scheduler.new`` with the client's handle: the client sends the object's mutations and a
+    query in the same batch, before any answer, and gets what a server-chosen handle gives."""
+    batch = [
+        bridge.message("scheduler.new", {"mode": "static", "scheduler": "mine"}, 1),
+        bridge.message("scheduler.apply", ["mine", [["add_node", "n1", 8, 16 * GiB], ["add_node", "n2", 8, 16 * GiB],
+                                                    ["add_service", "vm:1", service("n1", 4.0)]]], 2),
+        bridge.message("scheduler.calculate_node_imbalance", ["mine"], 3),
+    ]
+    bridge.send(batch)
+    answers = {a["id"]: a for a in bridge.read()}
+    assert answers[1]["result"] == {"scheduler": "mine"}
+    assert answers[2]["result"] is None
+    reference = new(bridge, "static")
+    bridge.call("scheduler.apply", [reference, [["add_node", "n1", 8, 16 * GiB], ["add_node", "n2", 8, 16 * GiB],
+                                                ["add_service", "vm:1", service("n1", 4.0)]]])
+    assert answers[3]["result"] == bridge.call("scheduler.calculate_node_imbalance", [reference]) > 0
+    bridge.call("scheduler.free", {"scheduler": reference})
+
+
+def test_a_handle_in_use_is_refused_and_the_servers_own_handles_avoid_the_clients(bridge):
+    """A live handle cannot be taken twice (the error names the field, the first object stays);
+    once freed it can; the handles the server picks skip any a client holds."""
+    bridge.call("scheduler.new", {"mode": "dynamic", "scheduler": "taken"})
+    with pytest.raises(RpcError) as refused:
+        bridge.call("scheduler.new", {"mode": "static", "scheduler": "taken"})
+    assert refused.value.code == -32602
+    assert refused.value.message == "Invalid params: scheduler: the handle 'taken' is in use; free it or choose another"
+    # Still the dynamic one: it takes a dynamic node's stats.
+    bridge.call("scheduler.add_node", ["taken", "n1", node_stats(1.0)])
+    assert bridge.call("scheduler.list_nodes", ["taken"]) == ["n1"]
+    bridge.call("scheduler.free", {"scheduler": "taken"})
+    assert bridge.call("scheduler.new", {"mode": "static", "scheduler": "taken"}) == {"scheduler": "taken"}
+    upcoming = int(new(bridge, "static")[1:]) + 1
+    claimed = [f"s{upcoming}", f"s{upcoming + 1}"]
+    for handle in claimed:
+        bridge.call("scheduler.new", {"mode": "static", "scheduler": handle})
+    picked = new(bridge, "static")
+    assert picked not in claimed and picked.startswith("s")

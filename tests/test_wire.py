@@ -172,6 +172,36 @@ def test_the_strict_decoder_takes_only_what_the_models_take_with_their_values(re
         assert STRICT.handle(message) == LAX.handle(message)
 
 
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.lists(REQUESTS, min_size=1, max_size=4))
+def test_a_batch_is_decoded_strictly_when_each_of_its_requests_is(requests):
+    """Requests the strict decoder takes one by one, it takes together as a batch (whatever kinds
+    their params are: no one decoder need take them all), with the same values."""
+    messages = [{"jsonrpc": "2.0", "id": i, "method": spec.name, "params": p} for i, (spec, p) in enumerate(requests)]
+    alone = [STRICT._messages.decode(json.dumps(message).encode(), 1000) for message in messages]
+    batch = STRICT._messages.decode(json.dumps(messages).encode(), 1000)
+    if None in alone:
+        return
+    assert batch is not None
+    assert [msgspec.json.encode(r) for r in batch] == [msgspec.json.encode(r) for r in alone]
+
+
+def test_a_perl_rounds_first_batch_is_decoded_strictly_and_answered_as_by_the_models():
+    """A new scheduler under the client's handle (named params) and a dynamic scheduler's
+    mutations, one batch: no one decoder pairs those kinds, and the batch is decoded request
+    by request, with the answers the models give."""
+    node = {"cpu": 1.0, "maxcpu": 8, "mem": 1 << 30, "maxmem": 16 << 30}
+    batch = json.dumps([
+        {"jsonrpc": "2.0", "id": 1, "method": "scheduler.new", "params": {"mode": "dynamic", "scheduler": "r1"}},
+        {"jsonrpc": "2.0", "id": 2, "method": "scheduler.apply",
+         "params": {"scheduler": "r1", "mutations": [["add_node", "n1", node]]}},
+        {"jsonrpc": "2.0", "id": 3, "method": "scheduler.free", "params": {"scheduler": "r1"}},
+    ]).encode()
+    decoded = STRICT._messages.decode(batch, STRICT.state.limits.max_json_depth)
+    assert [STRICT._messages.methods[type(r)] for r in decoded] == ["scheduler.new", "scheduler.apply", "scheduler.free"]
+    assert STRICT.handle(batch) == LAX.handle(batch)
+
+
 def test_a_rule_the_strict_decoder_does_not_know_fails_its_making():
     """A validator added to the models without teaching the strict decoder is an error at start,
     not a rule the fast way skips."""

@@ -43,9 +43,10 @@ sub service {
 
 my $usage = PVE::RS::ResourceScheduling::Static->new();
 ($messages, $requests) = (0, 0);
+my $first = CRSBridge::Connection::FIRST_CHUNK;
 $usage->add_node("node$_", 16, 64 * GiB) for 1 .. 4;
-$usage->add_service("vm:$_", service('node' . (1 + $_ % 4))) for 1 .. 200;
-is($messages, 0, '204 mutations: nothing sent yet');
+$usage->add_service("vm:$_", service('node' . (1 + $_ % 4))) for 1 .. $first - 5;
+is($messages, 0, ($first - 1) . ' mutations: nothing sent yet');
 
 is(error_of { $usage->add_node('node1', 1, 1) }, "node 'node1' already exists\n", 'duplicate node dies at the call');
 is(error_of { $usage->add_service('vm:1', service('node1')) }, "resource 'vm:1' already exists\n",
@@ -57,10 +58,12 @@ is_deeply($usage->list_nodes, [ map { "node$_" } 1 .. 4 ], 'list_nodes is answer
 is($usage->contains_node('node2'), 1, 'contains_node too');
 is($messages, 0, '... without asking the server');
 
+$usage->add_service("vm:$_", service('node' . (1 + $_ % 4))) for $first - 4 .. 200;
+($messages, $requests) = (0, 0);
 my $imbalance = $usage->calculate_node_imbalance;
 is($messages, 2, 'a query sends the buffered mutations and the query');
 is($requests, 2, '... the mutations as one request');
-is($mutations, 204, '... holding every one of them');
+is($mutations, 204, 'every mutation was sent');
 my @loads = map { [ 50, 16, 50 * GiB, 64 * GiB ] } 1 .. 4;
 cmp_ok(abs($imbalance - reference_imbalance(\@loads, 'normalized')), '<', 1e-12, 'the server has them all');
 
@@ -77,25 +80,30 @@ is(scalar @{ server_call($usage, 'list_nodes') }, 4, 'and everything still agree
 $usage->remove_node('node1');
 is_deeply(server_call($usage, 'list_nodes'), $usage->list_nodes, 'server and client agree after remove_node');
 
-subtest 'the buffer is sent every CHUNK mutations, over all objects' => sub {
-    my $chunk = CRSBridge::Connection::CHUNK;
+subtest 'the buffer is sent at FIRST_CHUNK mutations after a call, then at twice as many, up to CHUNK, over all objects' => sub {
+    my ($first, $chunk) = (CRSBridge::Connection::FIRST_CHUNK, CRSBridge::Connection::CHUNK);
     my ($one, $two) = map { PVE::RS::ResourceScheduling::Static->new() } 1 .. 2;
     $_->add_node('n1', 16, 64 * GiB) for $one, $two;
     $one->calculate_node_imbalance;    # nothing left buffered
-    ($messages, $requests, $mutations) = (0, 0, 0);
-    for my $i (1 .. $chunk - 1) {
-        ($i % 3 ? $one : $two)->add_service("vm:$i", service('n1'));
+    my $i = 0;
+    for (my $due = $first; $due <= $chunk; $due = $due * 2 < $chunk ? $due * 2 : $chunk) {
+        ($messages, $requests, $mutations) = (0, 0, 0);
+        ($i++ % 3 ? $one : $two)->add_service("vm:$i", service('n1')) for 1 .. $due - 1;
+        is($messages, 0, ($due - 1) . ' adds to two objects: nothing sent yet');
+        $one->add_service('vm:last' . $i++, service('n1'));
+        is($messages, 1, "the ${due}th: sent at once");
+        is($requests, 2, '... as one request per object');
+        is($mutations, $due, '... holding every one of them');
+        last if $due == $chunk;
     }
-    is($messages, 0, ($chunk - 1) . ' adds to two objects: nothing sent yet');
-    $one->add_service('vm:last', service('n1'));
-    is($messages, 1, "the ${chunk}th: sent at once");
-    is($requests, 2, '... as one request per object');
-    is($mutations, $chunk, '... holding every one of them');
     ($messages, $mutations) = (0, 0);
     $two->add_service("vm:more$_", service('n1')) for 1 .. $chunk - 1;
-    is($messages, 0, 'the count starts afresh');
+    is($messages, 0, 'at most CHUNK from then on');
     $two->calculate_node_imbalance;
     is($mutations, $chunk - 1, 'the rest are sent with the next query');
+    ($messages, $mutations) = (0, 0);
+    $two->add_service("vm:again$_", service('n1')) for 1 .. $first;
+    is_deeply([ $messages, $mutations ], [ 1, $first ], 'after the query, FIRST_CHUNK again');
 };
 
 subtest 'destroyed objects are freed on the server' => sub {
@@ -128,6 +136,41 @@ subtest 'a buffered mutation the server refuses after all (a safety net)' => sub
         'the next query says what happened');
     is(error_of { $broken->list_nodes }, $error, 'the object stays unusable');
     is(error_of { $fine->calculate_node_imbalance }, '', 'other objects are not affected');
+};
+
+subtest "a round: the new object's creation, its journal and the first query in one write" => sub {
+    PVE::RS::ResourceScheduling::Dynamic->new();    # the first dynamic object waits for the server's answer
+    my $before = live_handles();
+    my ($writes, $reads) = (0, 0);
+    no warnings 'redefine';
+    my ($queue, $read) = (\&CRSBridge::Process::queue, \&CRSBridge::Process::read_line);
+    local *CRSBridge::Process::queue = sub { $writes++ if !$_[2]; goto &$queue };    # $_[2]: held for the next
+    local *CRSBridge::Process::read_line = sub { $reads++; goto &$read };
+    my $usage = PVE::RS::ResourceScheduling::Dynamic->new();
+    $usage->add_node($_->[0], { cpu => $_->[1], maxcpu => 8, mem => GiB, maxmem => 16 * GiB }) for [ a => 1.0 ], [ b => 4.0 ];
+    $usage->add_resource('vm:1', { stats => { cpu => 1.0, maxcpu => 2, mem => GiB, maxmem => 2 * GiB },
+        running => 1, 'current-node' => 'a' });
+    is_deeply([ $writes, $reads ], [ 0, 0 ], 'new and the adds: nothing sent, nothing awaited');
+    my $imbalance = $usage->calculate_node_imbalance;
+    is_deeply([ $writes, $reads ], [ 1, 2 ], 'the query: one write, its answer after the batch\'s');
+    cmp_ok($imbalance, '>', 0, 'the answer of the whole journal');
+    undef $usage;
+    PVE::RS::ResourceScheduling::Dynamic->new();    # dropped without a call: its new is never sent
+    is(live_handles(), $before, 'freed, and nothing left on the server');
+};
+
+subtest "an object whose deferred creation the server refuses is unusable, with the server's reason" => sub {
+    my $first = PVE::RS::ResourceScheduling::Static->new();
+    # Take the handle the next object will choose (c and its id), so that its creation fails.
+    CRSBridge::Connection->instance->call(undef, 'scheduler.new',
+        '{"mode":"static","scheduler":"c' . ($first->{_crs}{id} + 1) . '"}');
+    my $next = PVE::RS::ResourceScheduling::Static->new();
+    $next->add_node('a', 4, GiB);
+    my $error = error_of { $next->calculate_node_imbalance };
+    like($error, qr/^crs-bridge: the server refused a buffered scheduler\.new of this scheduler object \(Invalid params: scheduler: the handle 'c\d+' is in use; .*\); the object is unusable, create a new one\n\z/,
+        'the next query says why');
+    $first->add_node('a', 4, GiB);
+    is(error_of { $first->calculate_node_imbalance }, '', 'other objects are not affected');
 };
 
 # Last: every live object is restored on the small-limit server and may be refused too.

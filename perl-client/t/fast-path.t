@@ -25,7 +25,7 @@ my $exact = 0;
     *CRSBridge::Scheduler::resource_param = \&CRSBridge::Records::resource_param;
 }
 
-sub journal { return [ @{ $_[0]{_crs}{jf} } ] }
+sub journal { return [ @{ CRSBridge::Connection::journal_entries($_[0]{_crs}) } ] }
 
 my @nodes = ('n1', 'n2', "n\x{fc}3");    # a name above ASCII needs no escape in JSON
 

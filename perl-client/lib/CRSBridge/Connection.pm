@@ -19,19 +19,22 @@ use CRSBridge::Codec qw(backend decode_json_text json_str);
 use CRSBridge::Config;
 use CRSBridge::Process;
 
-# Buffered mutations are sent once this many have piled up (over all objects): the server
-# applies them while Perl builds the next ones, and a query waits for at most this many.
-use constant CHUNK => 250;
+# Buffered mutations are sent once FIRST_CHUNK have piled up (over all objects) after a call,
+# then each time twice as many as the last time, up to CHUNK: the server applies them while
+# Perl builds the next ones, starting early in a round (its new object and nodes, the first
+# guests) and keeping pace with it, and a query waits for at most CHUNK of them.
+use constant { FIRST_CHUNK => 16, CHUNK => 250 };
 # Most journal entries in one scheduler.apply (a replay of a longer journal takes several).
 use constant APPLY_MAX => 10000;
 
 my $CURRENT;       # the connection of this process ($CURRENT->{pid} == $$), or one inherited across fork
 my %LIVE;          # object id -> state of every live scheduler object of this process
 my $SERVERS = 0;   # servers started so far, to tell a handle's server apart from the current one
-# Journal entries not yet queued to the server, over all objects: a flush is due at CHUNK. A
-# package variable, counted by journal and by its common case written out in
-# CRSBridge::Scheduler (a call less per add).
+# Journal entries not yet queued to the server, over all objects: a flush is due at $DUE. Package
+# variables, counted by journal and by its common case written out in CRSBridge::Scheduler (a
+# call less per add).
 our $PENDING = 0;
+our $DUE = FIRST_CHUNK;
 # The last answer read for a call (a reference to the line as the server wrote it), for
 # CRSBridge::Recorder, which records answers bit for bit.
 our $ANSWER;
@@ -62,11 +65,14 @@ not in the journal: as for any call that dies, it did not happen.
 
 =head1 OBJECT STATE
 
-A scheduler object's state is a hash: C<id>, C<mode>, C<imbalance>, C<handle> and C<srv>
+A scheduler object's state is a hash. Its creator gives C<mode> and C<imbalance> (read here
+to create the object on each new server) and may keep keys of its own (L<CRSBridge::Scheduler>:
+C<mirror>); this module owns, and alone reads and writes, the rest: C<id>, C<handle> and C<srv>
 (its server-side handle and the server it is valid on), C<jf> (journal: one
 C<scheduler.apply> entry per mutation, the JSON text C<[method, args...]>), C<sent> (journal
-entries already queued to the current server), C<poison> (set when the server refused a
-buffered mutation).
+entries already queued to the current server), C<unborn> (its C<scheduler.new> not yet sent,
+see C<create>), C<poison> (set when the server refused a buffered mutation or its creation: see
+C<check_usable>), C<dead>.
 
 =head1 METHODS
 
@@ -106,6 +112,14 @@ sub server_pid {
 Creates the object on the server (C<scheduler.new> with the state's C<mode> and
 C<imbalance>), starting the server if needed, and registers the state as live.
 
+The first object of a mode and formula on a server waits for the server's answer, so that a
+refusal (an unknown formula) dies here with the server's message. Later ones need no answer:
+the object gets a handle of the client's choosing (C<c> and its id, unique in this process,
+which has a server of its own), and its C<scheduler.new> travels with the next batch, ahead of
+its journal (the server runs a batch in order); should the server refuse it after all, the
+object is poisoned as for a refused buffered mutation. A round's C<new>, journal and first
+query so reach the server in one write, and the round waits for two answers, not three.
+
 =cut
 
 my $NEXT_OBJECT = 0;
@@ -114,16 +128,24 @@ sub create {
     my ($self, $st) = @_;
     $st->{id} = ++$NEXT_OBJECT;
     @$st{qw(jf sent)} = ([], 0);
-    my $result = $self->call(undef, 'scheduler.new', _new_params($st));
-    $st->{handle} = $result->{scheduler};
-    $st->{srv} = $self->{srv};
+    my $kind = "$st->{mode} $st->{imbalance}";
+    if ($self->{proc} && !$self->{busy} && $self->{created}{$kind}) {
+        @$st{qw(handle srv unborn)} = ("c$st->{id}", $self->{srv}, 1);
+        push @{ $self->{dirty} }, $st;
+    } else {
+        my $result = $self->call(undef, 'scheduler.new', _new_params($st));
+        @$st{qw(handle srv)} = ($result->{scheduler}, $self->{srv});
+        $self->{created}{$kind} = 1;
+    }
     $LIVE{ $st->{id} } = $st;
     return;
 }
 
+# The params of the state's scheduler.new, with its handle if the client chooses it.
 sub _new_params {
-    my ($st) = @_;
-    return '{"mode":' . json_str($st->{mode}) . ',"imbalance":' . json_str($st->{imbalance}) . '}';
+    my ($st, $handle) = @_;
+    return '{"mode":' . json_str($st->{mode}) . ',"imbalance":' . json_str($st->{imbalance})
+        . (defined $handle ? ',"scheduler":' . json_str($handle) : '') . '}';
 }
 
 =item mutate(\%state, $method, $args_json)
@@ -143,7 +165,8 @@ sub mutate {
 =item journal(\%state, $entry_json)
 
 C<mutate> with the whole journal entry, the JSON text C<[method, args...]>; a function of this
-process's connection rather than a method, for the adds a round makes by the thousand.
+process's connection rather than a method, for the adds a round makes by the thousand. Dies as
+C<check_usable> for an unusable object.
 
 =cut
 
@@ -155,11 +178,33 @@ sub journal {
     # every object, whole journals included.
     # The common case, an object with unsent entries already and no flush due, is only the
     # push and the count: CRSBridge::Scheduler's adds do that themselves.
+    check_usable($st);
     my $self = $CURRENT // instance();
     my $jf = $st->{jf};
     push @{ $self->{dirty} }, $st if $st->{sent} == @$jf;
     push @$jf, $_[1];
-    instance()->_flush_quietly if ++$PENDING >= CHUNK;
+    instance()->_flush_quietly if ++$PENDING >= $DUE;
+    return;
+}
+
+=item journal_entries(\%state)
+
+The object's journal (an array reference, to read, not to change): every mutation it has
+accepted, in order, each the JSON text C<[method, args...]>.
+
+=cut
+
+sub journal_entries { return $_[0]{jf} }
+
+=item check_usable(\%state)
+
+Dies saying why when the object is unusable: the server refused one of its buffered mutations,
+or it could not be restored on a new server.
+
+=cut
+
+sub check_usable {
+    die $_[0]{poison} if $_[0]{poison};
     return;
 }
 
@@ -212,7 +257,7 @@ sub _call_once {
     $self->_ensure_server;
     die $st->{poison} if $st && $st->{poison};
     $self->{busy} = 1;
-    $self->_flush;
+    $self->_flush(1);    # sent with the request, in one write
     my $id = $self->_send($st, $method, $params, $positional);
     my $answer = $self->_await($id, $self->_deadline);
     $self->{busy} = 0;
@@ -267,7 +312,7 @@ sub _call_series_once {
     $self->_ensure_server;
     die $st->{poison} if $st->{poison};
     $self->{busy} = 1;
-    $self->_flush;
+    $self->_flush(1);    # sent with the first call, in one write
     my @ids;
     for my $i (0 .. $#$calls) {
         my ($method, $p) = @{ $calls->[$i] };
@@ -347,7 +392,7 @@ sub _ensure_server {
     $self->{proc} = CRSBridge::Process->spawn;
     $self->{number} = ++$SERVERS;
     $self->{srv} = "$SERVERS/$$";
-    @$self{qw(dirty frees batches)} = ([], [], []);
+    @$self{qw(dirty frees batches created)} = ([], [], [], {});
     $PENDING = 0;
     $self->{busy} = 1;
     $self->_restore;
@@ -382,7 +427,7 @@ sub _restore {
                 . ($answer ? $answer->{error}{message} : 'no answer') . "\n";
             next;
         }
-        @$st{qw(handle srv sent)} = ($answer->{result}{scheduler}, $self->{srv}, 0);
+        @$st{qw(handle srv sent unborn)} = ($answer->{result}{scheduler}, $self->{srv}, 0, 0);
         push @{ $self->{dirty} }, $st if @{ $st->{jf} };
     }
     return;
@@ -390,17 +435,26 @@ sub _restore {
 
 # -- batches ---------------------------------------------------------------------------------
 
-# Queue all unsent journal entries (one scheduler.apply per object) and frees as one batch;
-# answers are checked as they come.
+# Queue all unsent journal entries (one scheduler.apply per object, after the object's
+# scheduler.new if it is unborn, see create) and frees as one batch; answers are checked as
+# they come. With $hold, the batch waits in the buffer for the request queued next (a call's
+# flush: the next flush is due at FIRST_CHUNK entries; else at twice this one's, up to CHUNK).
 sub _flush {
-    my ($self) = @_;
+    my ($self, $hold) = @_;
     $PENDING = 0;
+    $DUE = $hold ? FIRST_CHUNK : $DUE * 2 < CHUNK ? $DUE * 2 : CHUNK;
     return if !$self->{proc};
     my $srv = $self->{srv};
-    my (@parts, @ranges);    # ranges: [first id, state (undef: frees), first journal index]
+    my (@parts, @ranges, %news);    # ranges: [first id, state (undef: frees), first journal index]
     my $id = $self->{next_id};
     for my $st (@{ $self->{dirty} }) {
         next if $st->{dead} || $st->{poison} || $st->{srv} ne $srv;
+        if ($st->{unborn}) {
+            $st->{unborn} = 0;
+            $news{$id} = $st;
+            push @parts, '{"jsonrpc":"2.0","method":"scheduler.new","id":' . $id++
+                . ',"params":' . _new_params($st, $st->{handle}) . '}';
+        }
         my ($jf, $from) = ($st->{jf}, $st->{sent});
         my $head = ',"params":{"scheduler":' . json_str($st->{handle}) . ',"mutations":[';
         for (my $at = $from; $at < @$jf; $at += APPLY_MAX) {
@@ -421,9 +475,9 @@ sub _flush {
     return if !@parts;
     my $line = '[' . join(',', @parts) . "]\n";
     utf8::encode($line);
-    push @{ $self->{batches} }, { first => $self->{next_id}, last => $id - 1, ranges => \@ranges };
+    push @{ $self->{batches} }, { first => $self->{next_id}, last => $id - 1, ranges => \@ranges, news => \%news };
     $self->{next_id} = $id;
-    $self->{proc}->queue($line);
+    $self->{proc}->queue($line, $hold);
     return;
 }
 
@@ -476,6 +530,10 @@ sub _batch_answered {
     my $answers = decode_json_text($line);
     for my $answer (@$answers) {
         next if !$answer->{error} || !$batch;
+        if (my $st = $batch->{news}{ $answer->{id} // '' }) {
+            _poison($st, $answer->{error}{message} // 'no message', 'scheduler.new');
+            next;
+        }
         my ($st, $first) = _owner($batch, $answer->{id} // -1) or next;
         _refused($st, $first, $answer->{error});
     }
@@ -499,7 +557,7 @@ sub _refused {
 sub _owner {
     my ($batch, $id) = @_;
     return if $id < $batch->{first} || $id > $batch->{last};
-    my ($range) = grep { $_->[0] <= $id } reverse @{ $batch->{ranges} };
+    my ($range) = grep { $_->[0] <= $id } reverse @{ $batch->{ranges} };    # (a new's id is in none)
     return if !$range || !$range->[1];
     return ($range->[1], $range->[2] + $id - $range->[0]);
 }
@@ -539,6 +597,7 @@ sub release {
     $st->{dead} = 1;
     my $self = $CURRENT;
     return if !$self || $self->{pid} != $$ || !$self->{proc} || ($st->{srv} // '') ne $self->{srv};
+    return if $st->{unborn};    # never sent: nothing to free
     push @{ $self->{frees} }, $st->{handle};
     return;
 }

@@ -1,17 +1,53 @@
 package CRSBridge::Mirror;
 
-# What the client knows of a scheduler object's usage without asking the server: node names
-# in insertion order and where each resource is placed. Enough to raise upstream's semantic
-# errors at the call that causes them while the mutation itself is only buffered, and to
-# answer list_nodes and contains_node locally. Semantics follow core/usage.py (which follows
-# upstream's crate), including "a failed operation changes nothing".
-
 use strict;
 use warnings;
 
 =head1 NAME
 
-CRSBridge::Mirror - client-side mirror of a scheduler's node names and resource placements
+CRSBridge::Mirror - what the client must know of a scheduler object before the server is asked
+
+=head1 DESCRIPTION
+
+Mutations (C<add_node>, C<add_service>, ...) are buffered (L<CRSBridge::Connection>): the
+server applies them later, but the call that causes an upstream error must die with it, in
+upstream's order. A mirror holds what those errors, C<list_nodes> and C<contains_node> need,
+and nothing of the usage arithmetic, which the server alone owns:
+
+=over
+
+=item * the node names, in insertion order;
+
+=item * where each resource is placed: its node, or its current and target node while it moves;
+
+=item * a bound on memory (see C<memory_risk>): one number, never a node's usage.
+
+=back
+
+The rules below exist on both sides because the client must answer before the server is
+asked; the server's copy, which decides, is C<core/usage.py> (class C<Usage>, following
+upstream's crate), and perl-client/t/mirror.t and static.t hold the two together:
+
+=over
+
+=item * C<add_node>: a duplicate name (C<Usage.add_node>).
+
+=item * C<add_resource>: a duplicate sid, then the placement: unknown current node
+(stationary), same current and target node, unknown nodes (moving)
+(C<Usage.check_resource>, C<_check_placement>).
+
+=item * C<legacy_add> (Static's C<add_service_usage_to_node>): an unknown sid is added
+stationary, a stationary one starts moving, a moving one dies
+(C<Usage.add_resource_usage_to_node>).
+
+=item * C<remove_node>: its stationary resources go, a moving resource stays on its other
+node (C<Usage.remove_node>); the placements must follow for later errors to be upstream's.
+
+=back
+
+A failed operation changes nothing, as on the server. The adds' common case (a new stationary
+resource on a known node) is also written out in L<CRSBridge::Scheduler>, which records it in
+C<res> and C<bound> as C<add_resource> would: a call per guest costs too much there.
 
 =head1 METHODS
 
@@ -33,10 +69,7 @@ sub new {
     # resource: a string, no array per guest) or [current, target] (a moving one). No index of
     # each node's resources: only remove_node needs one, and it is rare, while adds are many.
     # CRSBridge::Scheduler's add fast path records a new stationary resource on a known node in
-    # res and bound itself, as add_resource would (a method call per guest is too dear there).
-    # bound: bytes that no node's memory, as the server counts it against its limit, can exceed:
-    # the memory in use of every node added plus the maxmem of every resource added (each
-    # counts once even where it counts on two nodes); it only grows (see memory_risk).
+    # res and bound itself, as add_resource would (a call per guest is too dear there).
     return bless { order => [], nodes => {}, res => {}, bound => 0 }, $class;
 }
 
@@ -44,9 +77,12 @@ sub new {
 
 Whether adding a resource of C<$maxmem> bytes might take a node past the server's limit on
 a node's memory (2**62 - 1 bytes): the caller then sends the add as a single call, so that
-the server decides and its refusal reaches the caller, not a later call. The bound is loose
-(half the limit, all nodes and resources together, removals not subtracted: an HA round's
-cluster stays far below it) since the server has the exact count.
+the server decides and its refusal reaches the caller, not a later call. The mirror does not
+count a node's memory (the server does, C<Usage._check_memory>); it keeps one loose bound,
+C<bound>: the memory in use of every node added plus the maxmem of every resource added,
+each once (also where it counts on two nodes), never decreased. No node's memory, as the
+server counts it, can exceed it; the risk starts at half the limit, which an HA round's
+cluster stays far below.
 
 =cut
 
@@ -74,8 +110,8 @@ sub has_resource { return exists $_[0]{res}{ $_[1] } }
 
 =item add_node($name, $mem)
 
-Dies with C<node '<name>' already exists>. C<$mem>: the node's memory in use (bytes; 0 for a
-static node).
+Dies with C<node '<name>' already exists>. C<$mem>: the node's memory in use (bytes; undef
+for a static node), counted in the bound.
 
 =cut
 

@@ -3,12 +3,13 @@ package CRSBridge::Planning;
 # crs-bridge's planning extras on the scheduler objects (not in upstream's binding): a dry run
 # of the HA manager's rebalancing and an explanation of one balancing decision. Both only read
 # the object's state on the server; options are checked for type here and for range by the
-# server, whose message names the field.
+# server, whose message names the field. The methods are CRSBridge::Scheduler's (they check
+# the arguments' count and the invocant, and ask the server); this module renders their params
+# and reads their answers.
 
 use strict;
 use warnings;
 
-use CRSBridge::Args qw(check_arity);
 use CRSBridge::Codec qw(json_str json_num);
 use CRSBridge::Records qw(candidates_param);
 use Scalar::Util qw(looks_like_number);
@@ -19,8 +20,12 @@ CRSBridge::Planning - plan_rebalance and explain_migrations for the crs-bridge s
 
 =head1 EXTRA METHODS (crs-bridge only, not in upstream's binding)
 
-Both take the compact candidates of C<score_best_balancing_migration_candidates> and a hash
-reference of options (optional; an unknown option dies naming the known ones). Fractions are
+Methods of L<PVE::RS::ResourceScheduling::Static> and C<::Dynamic> (in
+L<CRSBridge::Scheduler>); this module holds their options and what they return, and the
+functions C<plan_params(\@candidates, \%opts)>, C<plan_answer($plan)> and
+C<explain_params(\@candidates, \%opts)> (the request's params as JSON members, dying for a
+bad option; the answer as returned). Both take the compact candidates of
+C<score_best_balancing_migration_candidates> and a hash reference of options (optional; an unknown option dies naming the known ones). Fractions are
 fractions, not percentages (0.3 = 30 %). Out-of-range values (a negative threshold, an unknown
 method) die with the server's message naming the option. Neither method changes the object.
 
@@ -75,12 +80,14 @@ my %PLAN_OPTIONS = (
     max_steps => \&_number_or_null, allow_repeat => \&_boolean,
 );
 
-sub plan_rebalance {
-    check_arity('plan_rebalance', @_ == 2 ? [ @_, undef ] : \@_, qw(this candidates opts));
-    my $st = CRSBridge::Scheduler::_state($_[0]);
-    my $params = '"candidates":' . candidates_param($_[1])
-        . _options('plan_rebalance', $_[2], \%PLAN_OPTIONS);
-    my $plan = CRSBridge::Scheduler::_server_query($st, 'scheduler.plan_rebalance', $params);
+sub plan_params {
+    my ($candidates, $opts) = @_;
+    return '"candidates":' . candidates_param($candidates) . _options('plan_rebalance', $opts, \%PLAN_OPTIONS);
+}
+
+# The server's plan as plan_rebalance returns it.
+sub plan_answer {
+    my ($plan) = @_;
     $plan->{'allow-repeat'} = $plan->{'allow-repeat'} ? 1 : 0;
     return $plan;
 }
@@ -106,12 +113,9 @@ my %EXPLAIN_OPTIONS = (
     limit => \&_number, method => \&_string, threshold => \&_number_or_null, margin => \&_number_or_null,
 );
 
-sub explain_migrations {
-    check_arity('explain_migrations', @_ == 2 ? [ @_, undef ] : \@_, qw(this candidates opts));
-    my $st = CRSBridge::Scheduler::_state($_[0]);
-    my $params = '"candidates":' . candidates_param($_[1])
-        . _options('explain_migrations', $_[2], \%EXPLAIN_OPTIONS);
-    return CRSBridge::Scheduler::_server_query($st, 'explain_migrations', $params);
+sub explain_params {
+    my ($candidates, $opts) = @_;
+    return '"candidates":' . candidates_param($candidates) . _options('explain_migrations', $opts, \%EXPLAIN_OPTIONS);
 }
 
 =back

@@ -191,20 +191,23 @@ sub pid { return $_[0]{pid} }
 sub answered { return $_[0]{answered} }
 sub owner { return $_[0]{owner} }
 
-=item queue($bytes)
+=item queue($bytes, $hold)
 
 Appends bytes to the outgoing buffer and writes what the pipe takes now, without waiting;
 also takes in whatever the server has already answered, so it never blocks on a full pipe.
+With C<$hold> true, the bytes only wait in the buffer: the next C<queue> or C<read_line>
+writes them with its own, in one write.
 
 =cut
 
 sub queue {
-    my ($self, $bytes) = @_;
+    my ($self, $bytes, $hold) = @_;
     if (length $self->{wbuf}) {
         $self->{wbuf} .= $bytes;
     } else {
         $self->{wbuf} = $bytes;    # no copy: the two share the bytes
     }
+    return if $hold;
     $self->_write_ready if length $self->{wbuf};
     $self->_read_ready if $self->_readable(0);
     return;

@@ -126,7 +126,7 @@ sub record {
         utf8::decode($text);    # the file's parts are character strings
     }
     push @{ $st->{rec}{calls} }, {
-        at => scalar @{ $st->{jf} }, method => $method, params => $params, answer => $text,
+        at => scalar @{ CRSBridge::Connection::journal_entries($st) }, method => $method, params => $params, answer => $text,
         ($text ? () : (error => "$error")), ($candidates ? (candidates => $candidates) : ()),
     };
     return;
@@ -194,7 +194,7 @@ sub _file_parts {
     my $options = qq(,"method":"$method"$limit,"imbalance":$formula,"record":{"format":1,"mode":$mode)
         . qq(,"imbalance":$formula,"pid":$$,"time":) . json_str(_utc_time()) . ',"decision":' . ($decision // 'null')
         . ',"journal":[';
-    my $journal = join(',', @{ $st->{jf} });
+    my $journal = join(',', @{ CRSBridge::Connection::journal_entries($st) });
     my $rest = '],"calls":[' . join(',', map { _call_json($_) } @$calls) . "]}}\n";
     utf8::encode($_) for $options, $journal, $rest;
     return ('{"candidates":', _list_parts($candidates), $options, $journal, $rest);
