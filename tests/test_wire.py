@@ -191,14 +191,24 @@ def test_a_perl_rounds_first_batch_is_decoded_strictly_and_answered_as_by_the_mo
     mutations, one batch: no one decoder pairs those kinds, and the batch is decoded request
     by request, with the answers the models give."""
     node = {"cpu": 1.0, "maxcpu": 8, "mem": 1 << 30, "maxmem": 16 << 30}
-    batch = json.dumps([
-        {"jsonrpc": "2.0", "id": 1, "method": "scheduler.new", "params": {"mode": "dynamic", "scheduler": "r1"}},
-        {"jsonrpc": "2.0", "id": 2, "method": "scheduler.apply",
-         "params": {"scheduler": "r1", "mutations": [["add_node", "n1", node]]}},
-        {"jsonrpc": "2.0", "id": 3, "method": "scheduler.free", "params": {"scheduler": "r1"}},
-    ]).encode()
+    batch = json.dumps(
+        [
+            {"jsonrpc": "2.0", "id": 1, "method": "scheduler.new", "params": {"mode": "dynamic", "scheduler": "r1"}},
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "scheduler.apply",
+                "params": {"scheduler": "r1", "mutations": [["add_node", "n1", node]]},
+            },
+            {"jsonrpc": "2.0", "id": 3, "method": "scheduler.free", "params": {"scheduler": "r1"}},
+        ]
+    ).encode()
     decoded = STRICT._messages.decode(batch, STRICT.state.limits.max_json_depth)
-    assert [STRICT._messages.methods[type(r)] for r in decoded] == ["scheduler.new", "scheduler.apply", "scheduler.free"]
+    assert [STRICT._messages.methods[type(r)] for r in decoded] == [
+        "scheduler.new",
+        "scheduler.apply",
+        "scheduler.free",
+    ]
     assert STRICT.handle(batch) == LAX.handle(batch)
 
 
