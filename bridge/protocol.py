@@ -367,13 +367,13 @@ class Protocol:
         if spec.stateful:
             handle = params.scheduler if typed else _handle(params)
             variant = self._variant(spec, handle)
-            if self.state.staged and spec.name not in STAGING_METHODS:
-                # Staged candidates were expanded on the state of their staging: any other call on
-                # the scheduler (a mutation, say) discards them.
-                self.state.staged.pop(handle, None)
         else:
             variant = spec.variants[ANY_MODE]
         params = self._typed(spec, variant, params, typed)
+        if spec.stateful and self.state.staged and spec.name not in STAGING_METHODS:
+            # Staged candidates were expanded on the state of their staging: any other valid call
+            # on the scheduler (a mutation, say) discards them; a refused one changes nothing.
+            self.state.staged.pop(handle, None)
         if phases.timing:
             phases.mark("validate")
         result = variant.run(self.state, params)

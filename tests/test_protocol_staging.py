@@ -136,6 +136,13 @@ def test_the_count_guards_against_a_lost_or_stale_staging(bridge):
     bridge.call("scheduler.stage_candidates", [handle, bundles[:10]])
     bridge.call("scheduler.list_nodes", [handle])
     assert "0 candidates are staged, not 10" in staged_count_error(bridge, handle, 10).message
+    # A refused call changes nothing, the staging included.
+    bridge.call("scheduler.stage_candidates", [handle, bundles[:10]])
+    with pytest.raises(RpcError):
+        bridge.call("scheduler.calculate_node_imbalance", {"scheduler": handle, "bogus": 1})
+    assert bridge.call("scheduler.score_staged_candidates", [handle, 10, 3]) == bridge.call(
+        SCORERS["bruteforce"], [handle, bundles[:10], 3]
+    )
 
 
 def test_a_part_is_refused_as_the_whole_list_would_refuse_it_and_discards_the_staging(bridge):
