@@ -505,11 +505,13 @@ def _largest_fraction(key: str, params: dict) -> float:
     threshold; for a raw threshold the largest raw imbalance of the file's n nodes, sqrt(n - 1)
     (all load on one node), so that 1.2 stays a valid raw threshold on 3 nodes and more."""
     from .core.imbalance import DEFAULT_FORMULA
+    from .replay import recorded_node_count
 
     nodes = params.get("usage", {}).get("nodes") if isinstance(params.get("usage"), dict) else None
-    if key == "margin" or params.get("imbalance", DEFAULT_FORMULA) != "raw" or not isinstance(nodes, list):
+    count = len(nodes) if isinstance(nodes, list) else recorded_node_count(params)
+    if key == "margin" or params.get("imbalance", DEFAULT_FORMULA) != "raw" or not count:
         return 1.0
-    return max(1.0, math.sqrt(len(nodes) - 1)) if nodes else 1.0
+    return max(1.0, math.sqrt(count - 1))
 
 
 def _given_options(params: dict, args: argparse.Namespace, options: Sequence[str]) -> None:

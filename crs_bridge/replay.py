@@ -162,6 +162,18 @@ def remote_call(args: argparse.Namespace, method: str, params: dict) -> tuple[in
         return EXIT_USAGE, None
 
 
+def recorded_node_count(cluster: dict) -> int | None:
+    """How many nodes a recording's object has at its decision (None: no readable recording)."""
+    try:
+        record = cluster[RECORD_KEY]
+        decision = record["decision"]
+        at = record["calls"][decision]["at"] if decision is not None else len(record["journal"])
+        methods = [entry[0] for entry in record["journal"][:at]]
+    except _MALFORMED:
+        return None
+    return methods.count("add_node") - methods.count("remove_node")
+
+
 def _new(request: Request, record: dict) -> str:
     formula = {"imbalance": record["imbalance"]} if "imbalance" in record else {}
     response = request("scheduler.new", {"mode": record["mode"], **formula})

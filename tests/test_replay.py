@@ -120,6 +120,16 @@ def test_plan_takes_a_recording(recording, tmp_path):
     assert first["sid"] == recording["record"]["calls"][1]["answer"]["result"][0]["migration"]["sid"]
 
 
+def test_a_raw_threshold_of_a_recording_is_judged_by_its_nodes(recording, tmp_path):
+    # 3 recorded nodes: a raw imbalance reaches sqrt(2); 1.4 is a threshold, 1.5 a percentage.
+    path = "@" + write(tmp_path, recording)
+    done = run("plan", path, "--json", "--threshold", "1.4")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["threshold"] == 1.4
+    refused = run("plan", path, "--threshold", "1.5")
+    assert refused.returncode == 2 and "did you mean --threshold 0.015?" in refused.stderr
+
+
 @pytest.mark.parametrize(
     ("expected", "got", "where"),
     [
