@@ -176,6 +176,12 @@ subtest 'the decision is the last scoring answer, not a failed query' => sub {
     is((cli('replay', $path))[0], 0, 'replay exits 0: every call, the failed one too');
 };
 
+subtest 'a configured directory that does not exist yet is made' => sub {
+    my $record = tempdir(CLEANUP => 1) . '/crs-bridge/record';
+    round_with_recorder(simulation(), $record);
+    is(scalar @{ records($record) }, 1, 'the round wrote its file into the new directory');
+};
+
 subtest 'a directory that cannot be written: one warning, the same answers' => sub {
     my $plain = "$dir/a-file";
     open(my $fh, '>', $plain) or die "cannot write $plain: $!\n";

@@ -15,6 +15,7 @@ use strict;
 use warnings;
 
 use Fcntl qw(O_WRONLY O_CREAT O_EXCL);
+use File::Path ();
 use POSIX ();
 use Time::HiRes ();
 
@@ -246,6 +247,8 @@ sub _write {
     }
     my $name = sprintf('crs-%s-%d-%d.json', _utc_time(), $$, ++$SEQUENCE);
     my $temp = "$dir/.$name.tmp";
+    # The configured directory is made on first use, as a log directory would be.
+    File::Path::make_path($dir, { mode => 0750, error => \my $trouble }) if !-d $dir;
     # Written aside and renamed: a reader never sees half a file, a full disk leaves none.
     sysopen(my $fh, $temp, O_WRONLY | O_CREAT | O_EXCL, 0640) or die "cannot create $temp: $!\n";
     my $error;
