@@ -100,6 +100,14 @@ subtest "the file's command and formula reach the server" => sub {
     cmp_ok(abs($raw - reference_imbalance(\@loads, 'raw')), '<', 1e-12, 'no imbalance key: raw, as the binding');
 };
 
+subtest 'a command that is no crs-bridge server: the call says so' => sub {
+    my $code = 'use PVE::RS::ResourceScheduling::Static; my $u = PVE::RS::ResourceScheduling::Static->new();'
+        . ' $u->add_node("n1", 8, 2**34); print $u->calculate_node_imbalance // "undef", "\n";';
+    like(run_with_config("command: /bin/cat\n", $code),
+        qr/^crs-bridge: the server answered with neither a result nor an error: is the configured command/,
+        'an echo of the request is no answer');
+};
+
 subtest 'read once per process' => sub {
     my $path = "$DIR/crs-bridge.conf";
     my $said = run_with_config("imbalance: normalized\n",

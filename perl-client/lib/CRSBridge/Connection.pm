@@ -335,7 +335,12 @@ sub _call_series_once {
 
 sub _result {
     my ($answer, $st) = @_;
-    my $error = $answer->{error} or return $answer->{result};
+    my $error = $answer->{error};
+    if (!$error) {
+        return $answer->{result} if exists $answer->{result};
+        die "crs-bridge: the server answered with neither a result nor an error:"
+            . " is the configured command 'crs-bridge serve'?\n";
+    }
     my ($code, $message) = ($error->{code} // 0, $error->{message} // 'no message');
     die "$message\n" if $code == -32000 || $code == -32602;
     die "crs-bridge: the server lost this scheduler object ($message)\n" if $code == -32001;
