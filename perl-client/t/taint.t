@@ -81,4 +81,9 @@ like(run_tainted($ROUND, CRS_BRIDGE_LOG => "$DIR/other.log"), qr/^tainted\ncrs-b
 is(run_tainted($ROUND, CRS_BRIDGE_TIMEOUT => 7, CRS_BRIDGE_IMBALANCE => 'raw'), $expected,
     'perl -T: settings that name no program or file may come from the environment');
 
+(my $round_with_callers_path = $ROUND) =~ s/^/\$ENV{PATH} = \$ENV{HOME} . ':\/usr\/bin'; /;
+like(run_tainted($round_with_callers_path, HOME => '/nonexistent'),
+    qr/Insecure \$ENV\{PATH\}.*\n\(under perl -T, set PATH in the program before the first call, as the PVE daemons do\)/,
+    'perl -T with a PATH from the environment: the message says what to do');
+
 done_testing();

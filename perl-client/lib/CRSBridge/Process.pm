@@ -159,6 +159,9 @@ sub _exec_server {
         no warnings 'exec';
         exec { $argv->[0] } @$argv or die "$!\n";
     };
+    # Taint mode refuses to exec with a PATH from the environment: say what to do about it.
+    $@ .= "(under perl -T, set PATH in the program before the first call, as the PVE daemons do)\n"
+        if $@ =~ /^Insecure \$ENV\{PATH\}/;
     syswrite($report, $@);
     POSIX::_exit(127);
 }
