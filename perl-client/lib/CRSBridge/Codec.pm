@@ -96,11 +96,10 @@ A JSON array of string literals.
 sub json_str_list {
     my ($list) = @_;
     return '[]' if !@$list;
-    my $joined = join("\0", @$list);
-    if ($joined !~ /["\\\x00-\x1f]/) {
-        # Fast path: nothing to escape (the separator is refused by the check below).
-        return '["' . join('","', @$list) . '"]';
-    }
+    my $joined = join('","', @$list);
+    # Fast path: nothing to escape, i.e. no backslash or control character, and no quote but
+    # the separators' two each.
+    return qq(["$joined"]) if $joined !~ /[\\\x00-\x1f]/ && ($joined =~ tr/"//) == 2 * $#$list;
     return '[' . join(',', map { json_str($_) } @$list) . ']';
 }
 
