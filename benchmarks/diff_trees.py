@@ -218,8 +218,10 @@ def main() -> int:
             outputs = [run(tree.resolve(), Path(tmp.name), extra) for tree in (args.base, args.new)]
             same = outputs[0] == outputs[1]
             answers = outputs[0].count(b'"jsonrpc"')
-            print(f"limits {' '.join(extra) or 'default'}: {count} messages, {answers} responses, "
-                  f"{len(outputs[0])} bytes: {'same' if same else 'DIFFERENT'}")
+            print(
+                f"limits {' '.join(extra) or 'default'}: {count} messages, {answers} responses, "
+                f"{len(outputs[0])} bytes: {'same' if same else 'DIFFERENT'}"
+            )
             if not same:
                 failed += 1
                 at = next(i for i, (a, b) in enumerate(zip(*outputs)) if a != b) if min(map(len, outputs)) else 0
