@@ -314,6 +314,11 @@ class Params(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", defer_build=True)
 
 
+def wire_names(model: type[BaseModel]) -> tuple[str, ...]:
+    """The names of ``model``'s fields on the wire (their aliases, if any), in field order."""
+    return tuple(info.alias or name for name, info in model.model_fields.items())
+
+
 class NoParams(Params):
     """No params (``[]``, ``{}`` or none)."""
 
@@ -517,7 +522,7 @@ MUTATIONS: dict[str, dict[str, type[SchedulerParams]]] = {
 #: Union tag of a mutation entry (``"<mode> <method>"``) -> wire names of its arguments, in
 #: positional order; error locations name the argument instead of its position in the entry.
 MUTATION_ARGS: dict[str, tuple[str, ...]] = {
-    f"{mode} {method}": tuple(f.alias or name for name, f in model.model_fields.items() if name != "scheduler")
+    f"{mode} {method}": wire_names(model)[1:]  # after the handle
     for mode, methods in MUTATIONS.items()
     for method, model in methods.items()
 }

@@ -28,6 +28,7 @@ import msgspec
 import orjson
 
 from ..core import InvalidInputError, SchedulingError
+from . import models as m
 from . import phases, stateless
 from .errors import (
     MAX_ERROR_DETAILS,
@@ -409,7 +410,7 @@ def _handle(params: list | dict) -> Any:
 
 def _named(spec: MethodSpec, variant: Variant, params: list) -> dict:
     """Positional params by their names (the model's field order)."""
-    names = [f.alias or name for name, f in variant.params.model_fields.items()]
+    names = m.wire_names(variant.params)
     if params and not spec.positional:
         raise ParamsError([("params", f"'{spec.name}' takes named params (an object), not an array")])
     if len(params) > len(names):
