@@ -58,15 +58,10 @@ class ParamsError(Exception):
         self.errors = errors
 
     @classmethod
-    def from_validation(cls, exc: ValidationError, prefix: str = "") -> ParamsError:
-        """Wrap a pydantic error; ``prefix`` (e.g. ``stats``) is put before every location."""
-        errors = []
-        for err in exc.errors(include_url=False, include_input=False, include_context=False):
-            loc = format_loc(err["loc"])
-            if prefix:
-                loc = prefix if loc == "params" else f"{prefix}.{loc}"
-            errors.append((loc, err["msg"]))
-        return cls(errors)
+    def from_validation(cls, exc: ValidationError) -> ParamsError:
+        """Wrap a pydantic error, each location as :func:`format_loc` writes it."""
+        errors = exc.errors(include_url=False, include_input=False, include_context=False)
+        return cls([(format_loc(err["loc"]), err["msg"]) for err in errors])
 
 
 class MutationError(Exception):

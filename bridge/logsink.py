@@ -42,17 +42,16 @@ SYSLOG_SOCKET = "/dev/log"
 
 class StderrSink:
     """A text stream whose ``write`` never blocks: what is written reaches file descriptor
-    ``fd`` from a background thread, in order, unless the queue was full (then dropped and
-    counted in :attr:`dropped`). Usable as the trace stream of :class:`bridge.server.Tracer`.
-    Subclasses deliver elsewhere by overriding :meth:`_deliver`."""
+    ``fd`` from a background thread, in order, unless the queue was full (then dropped, and
+    counted by the next write that gets through). Usable as the trace stream of
+    :class:`bridge.server.Tracer`. Subclasses deliver elsewhere by overriding :meth:`_deliver`."""
 
     def __init__(self, fd: int = 2, capacity: int = QUEUE_CAPACITY, max_chars: int = MAX_WRITE_CHARS) -> None:
         self._fd = fd
         self._max_chars = max_chars
         self._queue: queue.Queue[tuple[str, str] | None] = queue.Queue(capacity)
         self._lock = threading.Lock()
-        self.dropped = 0  # writes lost to a full queue, in total
-        self._unreported = 0
+        self._unreported = 0  # writes lost to a full queue since the last report
         self._thread = threading.Thread(target=self._run, name="log-sink", daemon=True)
         self._thread.start()
 
@@ -73,7 +72,6 @@ class StderrSink:
             try:
                 self._queue.put_nowait((level, text))
             except queue.Full:
-                self.dropped += 1
                 self._unreported += 1
         return len(text)
 
@@ -103,19 +101,17 @@ class StderrSink:
 
 
 class _Syslog(logging.handlers.SysLogHandler):
-    """SysLogHandler that counts what it could not send instead of printing to stderr."""
-
-    failed = 0
+    """SysLogHandler that drops what it could not send instead of printing to stderr."""
 
     def handleError(self, record: logging.LogRecord) -> None:
-        self.failed += 1
+        pass
 
 
 class SyslogSink(StderrSink):
     """A :class:`StderrSink` whose writes go to the syslog socket ``address`` (a unix datagram
     socket), one message per write, from the writer thread: facility daemon, the ident
     ``crs-bridge[PID]``, the priority of the write's level. A missing socket loses the message
-    (counted in ``failed`` of the handler) and is tried again for the next."""
+    and is tried again for the next."""
 
     def __init__(self, address: str = SYSLOG_SOCKET, **kwargs: int) -> None:
         self._handler = _Syslog(address=address, facility=logging.handlers.SysLogHandler.LOG_DAEMON)

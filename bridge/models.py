@@ -84,6 +84,9 @@ Bytes = Annotated[int, Field(ge=0, le=MAX_BYTES), BeforeValidator(_integral_floa
 #: A node's memory size: an integer number of bytes in [1, 2**62 - 1].
 NodeBytes = Annotated[int, Field(gt=0, le=MAX_BYTES), BeforeValidator(_integral_float_to_int)]
 
+#: A threshold or margin: a finite fraction >= 0 (0.3 = 30 %; not a percentage).
+Fraction = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
 #: A count (``limit``): a non-negative integer of any size (nothing is allocated for it).
 Count = Annotated[int, Field(ge=0), BeforeValidator(_integral_float_to_int)]
 
@@ -267,10 +270,11 @@ class Candidate(Record):
     stats: DynamicStats
 
 
-def _candidate_form(value: Any) -> str:
-    # Decide the list's form by its first element only: validating 100k entries against both
-    # forms would double the cost, and a mixed list is an error either way. (Validated lists, of
-    # models, are told apart too: to serialize them.)
+def candidate_form(value: Any) -> str:
+    """Which form a candidates list is: ``expanded`` if its first element is a :class:`Candidate`
+    or an object with ``sid`` and no ``leader``, else ``compact`` (an empty list too). Decided by
+    the first element only: validating 100k entries against both forms would double the cost,
+    and a mixed list is an error either way."""
     if isinstance(value, list) and value:
         first = value[0]
         if isinstance(first, Candidate) or (isinstance(first, dict) and "leader" not in first and "sid" in first):
@@ -292,7 +296,7 @@ class _PublishAsAnyOf:
 #: Candidates: a list of :class:`CompactCandidate` or a list of :class:`Candidate`.
 Candidates = Annotated[
     Annotated[InParts(CompactCandidate), Tag("compact")] | Annotated[InParts(Candidate), Tag("expanded")],
-    Discriminator(_candidate_form),
+    Discriminator(candidate_form),
     _PublishAsAnyOf(),
 ]
 
@@ -308,6 +312,11 @@ class Params(BaseModel):
     """A method's params: unknown names are refused. Field order is the positional order."""
 
     model_config = ConfigDict(strict=True, extra="forbid", defer_build=True)
+
+
+def wire_names(model: type[BaseModel]) -> tuple[str, ...]:
+    """The names of ``model``'s fields on the wire (their aliases, if any), in field order."""
+    return tuple(info.alias or name for name, info in model.model_fields.items())
 
 
 class NoParams(Params):
@@ -352,7 +361,7 @@ class SelectMigrationParams(ClusterParams):
     candidates: Candidates
     method: Method = "bruteforce"
     imbalance: Formula | None = _IMBALANCE
-    imbalance_threshold: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = Field(
+    imbalance_threshold: Fraction | None = Field(
         default=None,
         description="bruteforce only: the first candidate (input order) at or under this imbalance wins; "
         "null or none at or under it: the best",
@@ -450,7 +459,7 @@ class SelectCandidatesParams(SchedulerParams):
     """Extra ``select_best_balancing_migration`` (bruteforce)."""
 
     candidates: Candidates
-    imbalance_threshold: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    imbalance_threshold: Fraction | None = None
 
 
 class SelectTopsisParams(SchedulerParams):
@@ -513,7 +522,7 @@ MUTATIONS: dict[str, dict[str, type[SchedulerParams]]] = {
 #: Union tag of a mutation entry (``"<mode> <method>"``) -> wire names of its arguments, in
 #: positional order; error locations name the argument instead of its position in the entry.
 MUTATION_ARGS: dict[str, tuple[str, ...]] = {
-    f"{mode} {method}": tuple(f.alias or name for name, f in model.model_fields.items() if name != "scheduler")
+    f"{mode} {method}": wire_names(model)[1:]  # after the handle
     for mode, methods in MUTATIONS.items()
     for method, model in methods.items()
 }
@@ -658,9 +667,6 @@ StopReason = Literal[STOP_REASONS]
 #: Why an explanation's choice would move (``migrate``) or not.
 ExplainReason = Literal[MIGRATE, THRESHOLD_REACHED, NO_CANDIDATES, NO_IMPROVEMENT, MARGIN_NOT_REACHED]
 
-#: A threshold or margin: a finite fraction >= 0 (0.3 = 30 %; not a percentage).
-Fraction = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-
 #: How many choices to explain: an integer >= 1.
 ExplainLimit = Annotated[int, Field(ge=1), BeforeValidator(_integral_float_to_int)]
 
@@ -729,14 +735,11 @@ class ClusterLoad(Result):
     nodes: list[NodeLoad]
 
 
-class PlanStep(Result):
+class PlanStep(Migration):
     """One planned move: the bundle led by ``sid`` (all of ``resources``) from ``source-node`` to
     ``target-node``. ``expected-imbalance`` is the scorer's (truncated) value, as a single-move
     method returns it; ``imbalance-before``/``-after`` are the planned state's around the move."""
 
-    sid: str
-    source_node: str = Field(alias="source-node")
-    target_node: str = Field(alias="target-node")
     resources: list[str]
     expected_imbalance: float = Field(alias="expected-imbalance")
     imbalance_before: float = Field(alias="imbalance-before")

@@ -28,6 +28,7 @@ import msgspec
 import orjson
 
 from ..core import InvalidInputError, SchedulingError
+from . import models as m
 from . import phases, stateless
 from .errors import (
     MAX_ERROR_DETAILS,
@@ -82,16 +83,6 @@ UNKNOWN_HANDLE = -32001
 _MEMBERS = frozenset({"jsonrpc", "method", "id", "params"})
 
 
-class JsonRpcError(Exception):
-    """An error response's ``code``, ``message`` and ``data`` (None: left out)."""
-
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.data = data
-
-
 def request_problem(request: Any) -> str | None:
     """What makes ``request`` an invalid JSON-RPC 2.0 request object, or None if it is valid.
 
@@ -136,34 +127,34 @@ def error_response(code: int, message: str, data: Any = None, ident: Any = None)
     return {"jsonrpc": "2.0", "error": error, "id": ident}
 
 
-def error_for(exc: Exception) -> JsonRpcError:
-    """The JSON-RPC error for an exception raised by a method."""
+def error_for(exc: Exception) -> tuple[int, str, Any]:
+    """The JSON-RPC error ``(code, message, data)`` for an exception raised by a method (``data``
+    None: left out)."""
     if isinstance(exc, MutationError):  # the entry's own error, saying which entry it was
-        error = error_for(exc.cause)
-        error.data = {**(error.data or {}), "index": exc.index, "method": exc.method}
-        return error
+        code, message, data = error_for(exc.cause)
+        return code, message, {**(data or {}), "index": exc.index, "method": exc.method}
     if isinstance(exc, ParamsError):
         return _invalid_params(exc.errors)
     if isinstance(exc, InvalidInputError):
         return _invalid_params([(exc.field, exc.problem)])
     if isinstance(exc, SchedulingError):
-        return JsonRpcError(SCHEDULING_ERROR, str(exc).rstrip("\n"))
+        return SCHEDULING_ERROR, str(exc).rstrip("\n"), None
     if isinstance(exc, UnknownHandleError):
-        return JsonRpcError(UNKNOWN_HANDLE, str(exc), {"scheduler": exc.handle})
+        return UNKNOWN_HANDLE, str(exc), {"scheduler": exc.handle}
     if isinstance(exc, MethodUnavailableError):
-        return JsonRpcError(METHOD_NOT_FOUND, str(exc), {"method": exc.method, "mode": exc.mode})
+        return METHOD_NOT_FOUND, str(exc), {"method": exc.method, "mode": exc.mode}
     log.error("internal error (a bug in crs-bridge)", exc_info=exc)
-    return JsonRpcError(INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {exc}")
+    return INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {exc}", None
 
 
-def _invalid_params(errors: list[tuple[str, str]]) -> JsonRpcError:
+def _invalid_params(errors: list[tuple[str, str]]) -> tuple[int, str, dict]:
     shown = errors[:MAX_ERROR_DETAILS]
     message = "Invalid params: " + "; ".join(f"{loc}: {msg}" for loc, msg in shown)
     data: dict[str, Any] = {"errors": [{"loc": loc, "msg": msg} for loc, msg in shown]}
     if len(errors) > len(shown):
         message += f"; and {len(errors) - len(shown)} more"
         data["omitted"] = len(errors) - len(shown)
-    return JsonRpcError(INVALID_PARAMS, message, data)
+    return INVALID_PARAMS, message, data
 
 
 # -- decoding JSON the lax way, within the depth limit ----------------------------------------------
@@ -356,8 +347,8 @@ class Protocol:
         try:
             result = self._call(self.state.methods[name], params)
         except Exception as exc:  # bugs are logged by error_for
-            error = error_for(exc)
-            return Error(error.code, error.message, NODATA if error.data is None else error.data)
+            code, message, data = error_for(exc)
+            return Error(code, message, NODATA if data is None else data)
         return Success(result)
 
     def _call(self, spec: MethodSpec, params: Any) -> Any:
@@ -419,7 +410,7 @@ def _handle(params: list | dict) -> Any:
 
 def _named(spec: MethodSpec, variant: Variant, params: list) -> dict:
     """Positional params by their names (the model's field order)."""
-    names = [f.alias or name for name, f in variant.params.model_fields.items()]
+    names = m.wire_names(variant.params)
     if params and not spec.positional:
         raise ParamsError([("params", f"'{spec.name}' takes named params (an object), not an array")])
     if len(params) > len(names):

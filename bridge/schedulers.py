@@ -155,15 +155,18 @@ def _single_call(method: str, summary: str) -> MethodSpec:
     return on_scheduler(method, summary, None, **modes)
 
 
-def _scored_list(scored: list) -> list[dict]:
+def scored_list(scored: list) -> list[dict]:
+    """Scored migrations as the wire gives them (a ScoredList)."""
     return [s.to_wire() for s in scored]
 
 
-def _scored_or_none(scored: Any) -> dict | None:
+def scored_or_none(scored: Any) -> dict | None:
+    """One scored migration, or None, as the wire gives it (a ScoredOrNone)."""
     return None if scored is None else scored.to_wire()
 
 
-def _start_scores(scores: list[tuple[str, float]]) -> list[list]:
+def start_scores(scores: list[tuple[str, float]]) -> list[list]:
+    """``(node, score)`` pairs as the wire gives them: ``[node, score]`` lists."""
     return [[name, score] for name, score in scores]
 
 
@@ -224,7 +227,7 @@ STATEFUL = [
         ScoredList,
         **both(
             m.ScoreCandidatesParams,
-            lambda s, p: _scored_list(s.score_best_balancing_migration_candidates(_candidates(p), p.limit)),
+            lambda s, p: scored_list(s.score_best_balancing_migration_candidates(_candidates(p), p.limit)),
         ),
     ),
     on_scheduler(
@@ -233,7 +236,7 @@ STATEFUL = [
         ScoredList,
         **both(
             m.ScoreCandidatesParams,
-            lambda s, p: _scored_list(s.score_best_balancing_migration_candidates_topsis(_candidates(p), p.limit)),
+            lambda s, p: scored_list(s.score_best_balancing_migration_candidates_topsis(_candidates(p), p.limit)),
         ),
     ),
     on_scheduler(
@@ -242,7 +245,7 @@ STATEFUL = [
         list[m.StartScore],
         static=(
             m.StartServiceParams,
-            lambda s, p: _start_scores(s.score_nodes_to_start_service(wire.resource_stats(p.service_stats))),
+            lambda s, p: start_scores(s.score_nodes_to_start_service(wire.resource_stats(p.service_stats))),
         ),
     ),
     on_scheduler(
@@ -251,7 +254,7 @@ STATEFUL = [
         list[m.StartScore],
         dynamic=(
             m.StartResourceParams,
-            lambda s, p: _start_scores(s.score_nodes_to_start_resource(wire.resource_stats(p.resource_stats))),
+            lambda s, p: start_scores(s.score_nodes_to_start_resource(wire.resource_stats(p.resource_stats))),
         ),
     ),
     on_scheduler(
@@ -261,7 +264,7 @@ STATEFUL = [
         ScoredOrNone,
         **both(
             m.SelectCandidatesParams,
-            lambda s, p: _scored_or_none(s.select_best_balancing_migration(_candidates(p), p.imbalance_threshold)),
+            lambda s, p: scored_or_none(s.select_best_balancing_migration(_candidates(p), p.imbalance_threshold)),
         ),
     ),
     on_scheduler(
@@ -270,7 +273,7 @@ STATEFUL = [
         ScoredOrNone,
         **both(
             m.SelectTopsisParams,
-            lambda s, p: _scored_or_none(s.select_best_balancing_migration_topsis(_candidates(p))),
+            lambda s, p: scored_or_none(s.select_best_balancing_migration_topsis(_candidates(p))),
         ),
     ),
 ]
@@ -301,7 +304,7 @@ def _score_staged(state: State, p: Any) -> list[dict]:
         problem = f"{staging.count} candidates are staged, not {p.count} (a failed or lost staging: stage them again)"
         raise ParamsError([("count", problem)])
     batch = concat_batches(staging.parts) if staging.parts else scheduler.candidate_batch([])
-    return _scored_list(score_migrations(batch, p.limit, p.method, scheduler.formula))
+    return scored_list(score_migrations(batch, p.limit, p.method, scheduler.formula))
 
 
 def _staging(name: str, summary: str, result: Any, model: type[m.Params], run: Callable) -> MethodSpec:

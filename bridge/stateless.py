@@ -15,7 +15,7 @@ from . import __version__, phases, schedulers, wire
 from . import models as m
 from .errors import MAX_ERROR_DETAILS
 from .registry import MethodSpec, both, on_scheduler, stateless
-from .schedulers import ScoredList, ScoredOrNone, State
+from .schedulers import ScoredList, ScoredOrNone, State, scored_list, scored_or_none, start_scores
 
 FRAMINGS = {
     "ndjson": "one JSON message per line, ended by \\n (default)",
@@ -40,7 +40,7 @@ def _score_migrations(state: State, p: Any) -> list[dict]:
     batch = scheduler.candidate_batch(wire.candidate_columns(p.candidates))
     if phases.timing:
         phases.mark("candidates")
-    scored = [s.to_wire() for s in score_migrations(batch, p.limit, p.method, p.imbalance or scheduler.formula)]
+    scored = scored_list(score_migrations(batch, p.limit, p.method, p.imbalance or scheduler.formula))
     if phases.timing:
         phases.mark("score")
     return scored
@@ -49,8 +49,8 @@ def _score_migrations(state: State, p: Any) -> list[dict]:
 def _select_migration(state: State, p: Any) -> dict | None:
     scheduler = _cluster(state, p)
     batch = scheduler.candidate_batch(wire.candidate_columns(p.candidates))
-    best = select_best_migration(batch, p.method, p.imbalance or scheduler.formula, p.imbalance_threshold)
-    return None if best is None else best.to_wire()
+    formula = p.imbalance or scheduler.formula
+    return scored_or_none(select_best_migration(batch, p.method, formula, p.imbalance_threshold))
 
 
 def _node_imbalance(state: State, p: Any) -> float:
@@ -61,7 +61,7 @@ def _node_imbalance(state: State, p: Any) -> float:
 def _start_scores(state: State, p: Any) -> list[list]:
     scheduler = _cluster(state, p)
     stats = wire.start_stats(p.stats, scheduler.mode)
-    return [[name, score] for name, score in score_nodes_to_start(scheduler.view(scheduler.start_view), stats)]
+    return start_scores(score_nodes_to_start(scheduler.view(scheduler.start_view), stats))
 
 
 HEADLINE = [

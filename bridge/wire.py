@@ -189,6 +189,7 @@ def struct_of(
         except Untaggable as union:
             if not issubclass(model, m.Params):  # tried in order only as a whole request's params
                 raise TypeError(f"the strict decoder cannot tell apart {model.__name__}.{name}") from None
+            _CHOICES[model] = max(_CHOICES.get(model, 1), len(union.members))
             kind = wire_type(union.members[min(choice, len(union.members) - 1)])
         if (model, name) in REPEATING:
             _TEXTS.setdefault(model, {})[name] = kind
@@ -215,6 +216,9 @@ _FIELDS: dict[type, list[tuple]] = {}
 #: Model or struct -> its :data:`REPEATING` fields -> their type.
 _TEXTS: dict[type, dict[str, Any]] = {}
 
+#: Params model -> how many members its widest :class:`Untaggable` field has (absent: none).
+_CHOICES: dict[type, int] = {}
+
 
 def _defstruct(name: str, fields: list[tuple], **options: Any) -> type[msgspec.Struct]:
     struct = msgspec.defstruct(name, fields, gc=False, **options)
@@ -222,23 +226,13 @@ def _defstruct(name: str, fields: list[tuple], **options: Any) -> type[msgspec.S
     return struct
 
 
-def _choices(model: type[BaseModel]) -> int:
-    """How many members the widest :class:`Untaggable` field of ``model`` has (1 if none)."""
-    widest = 1
-    for info in model.model_fields.values():
-        try:
-            wire_type(info.annotation, info.metadata)
-        except Untaggable as union:
-            widest = max(widest, len(union.members))
-    return widest
-
-
 def params_structs(model: type[m.Params], positional: bool) -> list[type[msgspec.Struct]]:
     """The param structs of ``model`` to try in order (msgspec tells none of them apart by a tag):
     one per member of its untaggable union (if any), each for named params and, if ``positional``,
     then for an array of them in field order."""
     kinds = []
-    for choice in range(_choices(model)):
+    struct_of(model)  # notes the model's choices
+    for choice in range(_CHOICES.get(model, 1)):
         named = struct_of(model, choice=choice)
         kinds.append(named)
         if positional:
@@ -504,10 +498,10 @@ def candidate_columns(candidates: list) -> CandidateColumns | CompactColumns:
 
 def candidate_counts(candidates: Any) -> tuple[int, int]:
     """(expanded candidates, bundle members) of a candidate list, decoded JSON or structs: a bundle
-    counts once per entry of its ``nodes``; an expanded candidate (a record with ``sid`` and no
-    ``leader`` first in the list, as the models decide the form) counts once."""
+    counts once per entry of its ``nodes``; an expanded candidate counts once (the list's form as
+    :func:`bridge.models.candidate_form` decides it)."""
     first = candidates[0]
-    if type(first) is Candidate or (type(first) is dict and "leader" not in first and "sid" in first):
+    if type(first) is Candidate or m.candidate_form(candidates) == "expanded":
         return len(candidates), 0
     if type(first) is Bundle:  # decoded strictly: every bundle has both lists (counted in C)
         return sum(map(len, map(_NODES, candidates))), sum(map(len, map(_RESOURCES, candidates)))
