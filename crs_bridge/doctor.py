@@ -110,7 +110,8 @@ def diagnose(perl_inc: Sequence[str], config: str | None, path: str) -> list[Che
     checks = [modules_check(round_report), server_check(round_report)]
     answers, formula = answers_check(round_report)
     checks += [answers, formula_check(formula, installed_version), limits_check(round_report, env)]
-    checks += [config_check(round_report), logs_check(round_report), environment_check(os.environ)]
+    checks += [config_check(round_report), recorder_check(round_report), logs_check(round_report)]
+    checks.append(environment_check(os.environ))
     return checks
 
 
@@ -313,6 +314,24 @@ def config_check(report: dict[str, Any]) -> Check:
         return Check("config", WARN, f"{path} does not exist: every setting is its default", details)
     shown = ", ".join(f"{key}: {s['value']} ({s['source']})" for key, s in set_here.items())
     return Check("config", OK, f"{path}: {shown or 'every setting is its default'}", details)
+
+
+def recorder_check(report: dict[str, Any]) -> Check:
+    """Whether the flight recorder can write where ``record`` says: the directory, or the
+    nearest folder above it that exists (the recorder makes the rest on first use)."""
+    record = ((report.get("config") or {}).get("settings") or {}).get("record", {}).get("value", "off")
+    if record == "off":
+        return Check("recorder", OK, "off (the 'record' setting names no directory)", {"record": None})
+    existing = Path(record)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    details = {"record": record, "existing": str(existing)}
+    if not existing.is_dir():
+        return Check("recorder", FAIL, f"record: {record}: {existing} is not a directory", details)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return Check("recorder", FAIL, f"record: {record}: {existing} is not writable", details)
+    made = "" if existing == Path(record) else " (made on first use)"
+    return Check("recorder", OK, f"records each scheduler object to {record}{made}", details)
 
 
 def logs_check(report: dict[str, Any]) -> Check:

@@ -82,6 +82,21 @@ def test_a_log_file_in_a_missing_folder_fails(tmp_path):
     assert report["by_name"]["logs"]["status"] == "fail"
 
 
+def test_a_record_directory_that_cannot_be_made_fails(tmp_path):
+    config = tmp_path / "crs-bridge.conf"
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    config.write_text(f"record: {blocker}/record\n")
+    status, report = run_doctor("--path", server_path(), "--config", str(config))
+    assert status == 1
+    assert report["by_name"]["recorder"]["status"] == "fail"
+    assert "is not a directory" in report["by_name"]["recorder"]["message"]
+    config.write_text(f"record: {tmp_path}/new/record\n")
+    status, report = run_doctor("--path", server_path(), "--config", str(config))
+    assert report["by_name"]["recorder"]["status"] == "ok", report["by_name"]["recorder"]
+    assert (tmp_path / "new/record").is_dir()  # the round's own recorder made it
+
+
 def test_the_shipped_config_file_documents_every_key_and_sets_none():
     # The drop-in's own reader: every key at its default, and the file names each key.
     script = (
