@@ -4,6 +4,9 @@ import os
 
 #: The release (the one place it is written: pyproject.toml reads it from here).
 __version__ = "0.1.0"
+#: The upstream releases whose answers this one gives (``bridge.info``; ``crs-bridge doctor``
+#: checks the installed ones against them).
+UPSTREAM = {"crate": ["2.0.0", "2.1.0"], "libpve-rs-perl": "0.13.0", "pve-ha-manager": "5.2.0"}
 
 # The engine does no BLAS work that threads would speed up, while OpenBLAS starts a spinning
 # thread per core as NumPy is imported: on a 2-core host that doubles the CPU time of a server's

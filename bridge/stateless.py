@@ -11,7 +11,7 @@ from typing import Any
 from ..core import DEFAULT_FORMULA, Scheduler
 from ..core.limits import MAX_BYTES, MAX_CORES
 from ..core.scheduler import calculate_node_imbalance, score_migrations, score_nodes_to_start, select_best_migration
-from . import __version__, phases, schedulers, wire
+from . import UPSTREAM, __version__, phases, schedulers, wire
 from . import models as m
 from .errors import MAX_ERROR_DETAILS
 from .registry import MethodSpec, both, on_scheduler, stateless
@@ -172,7 +172,7 @@ def _info(state: State, p: Any) -> dict:
     return {
         "name": "crs-bridge",
         "version": __version__,
-        "upstream": {"crate": ["2.0.0", "2.1.0"], "libpve-rs-perl": "0.13.0", "pve-ha-manager": "5.2.0"},
+        "upstream": UPSTREAM,
         "imbalance_formulas": {
             "normalized": "crate 2.1.0: coefficient of variation of node loads / sqrt(n - 1), in [0, 1]",
             "raw": "crate 2.0.0 (libpve-rs-perl 0.13.0): coefficient of variation of node loads",

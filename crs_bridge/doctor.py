@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .bridge import UPSTREAM
+
 # subprocess is imported where it is used: the CLI imports this module for its parser, and
 # `crs-bridge serve`, which never needs subprocess, starts faster without it.
 
@@ -48,12 +50,6 @@ DYNAMIC_ANSWERS = {
 }
 #: Tolerance on the imbalance: upstream's tests take f64::EPSILON; the round's value is truncated.
 TOLERANCE = 1e-12
-
-#: The formula each upstream release line computes or was tuned for: libpve-rs-perl 0.13 is
-#: built with proxmox-resource-scheduling 2.0.0 (raw), pve-ha-manager 5.2's default threshold
-#: 0.3 was tuned for it. Older lines do not rebalance (the formula is unused); newer ones are
-#: unknown to this release.
-FORMULA_OF_RELEASE = {"libpve-rs-perl": ((0, 13), "raw"), "pve-ha-manager": ((5, 2), "raw")}
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 
@@ -258,6 +254,15 @@ def release_of(version: str | None) -> tuple[int, int] | None:
     """(major, minor) of a Debian version such as '0.13.0' or '1:5.2.0-1'."""
     match = re.match(r"(?:\d+:)?(\d+)\.(\d+)", version or "")
     return (int(match[1]), int(match[2])) if match else None
+
+
+#: The formula each upstream release line computes or was tuned for: libpve-rs-perl 0.13 is
+#: built with proxmox-resource-scheduling 2.0.0 (raw), pve-ha-manager 5.2's default threshold
+#: 0.3 was tuned for it. Older lines do not rebalance (the formula is unused); newer ones are
+#: unknown to this release.
+FORMULA_OF_RELEASE = {
+    package: (release_of(UPSTREAM[package]), "raw") for package in ("libpve-rs-perl", "pve-ha-manager")
+}
 
 
 def installed_version(package: str) -> str | None:
