@@ -25,7 +25,9 @@ my $exact = 0;
     *CRSBridge::Scheduler::resource_param = \&CRSBridge::Records::resource_param;
 }
 
-sub journal { return [ @{ CRSBridge::Connection::journal_entries($_[0]{_crs}) } ] }
+# The object's journal (any method, CRSBridge::Scheduler::_state first, hands the adds collected
+# so far to it).
+sub journal { return [ @{ CRSBridge::Connection::journal_entries(CRSBridge::Scheduler::_state($_[0])) } ] }
 
 my @nodes = ('n1', 'n2', "n\x{fc}3");    # a name above ASCII needs no escape in JSON
 

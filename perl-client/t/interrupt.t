@@ -111,7 +111,8 @@ subtest 'cut short while thousands of mutations are being sent' => sub {
     is($error, "got timeout\n", 'interrupted (during the adds or the query: wherever the alarm found it)');
     # The adds the client journaled before the alarm are the object's state (a mutation is
     # journaled as it returns); give the twin the same.
-    my $added = grep { /^\["add_resource","ct:/ } @{ $dynamic->{_crs}{jf} };
+    my $journal = CRSBridge::Connection::journal_entries(CRSBridge::Scheduler::_state($dynamic));
+    my $added = grep { /^\["add_resource","ct:/ } @$journal;
     $twin_dynamic->add_resource("ct:$_", { stats => { cpu => 0.5, maxcpu => 1, mem => GiB / 4, maxmem => GiB },
         running => 1, 'current-node' => qw(a b c)[ $_ % 3 ] }) for 1 .. $added;
     is_deeply(answers($static, $dynamic), answers($twin_static, $twin_dynamic),
