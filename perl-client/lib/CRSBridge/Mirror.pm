@@ -46,10 +46,10 @@ node (C<Usage.remove_node>); the placements must follow for later errors to be u
 =back
 
 A failed operation changes nothing, as on the server. The mirror's state is its own: other
-modules change it through the methods below only. For the adds' common case (a new stationary
-resource on a known node, once per guest and HA round, where a call per guest costs too much),
-C<stationary_view> gives what such an add is checked against and C<add_stationary_many>
-records a batch of them (L<CRSBridge::Scheduler>'s fast path).
+modules change it through the methods below only. For the adds' common case (a new resource on
+known nodes, once per guest and HA round, where a call per guest costs too much),
+C<batch_view> gives what such an add is checked against and C<add_batch> records a batch
+of them (L<CRSBridge::Scheduler>'s fast path).
 
 =head1 METHODS
 
@@ -221,39 +221,40 @@ sub add_resource {
     return;
 }
 
-=item stationary_view()
+=item batch_view()
 
 For a caller that collects adds and records them in batches: C<(\%nodes, \%resources,
 $room)>, the names of the nodes and the sids of the resources as hash keys (the mirror's own
 hashes: to read, never to change, and only until the mirror changes), and the bytes of
 C<maxmem> that resources may add before C<memory_risk>. An add of a new sid (in neither hash
-nor the caller's batch) on a node in C<%nodes>, not moving, whose C<maxmem> stays under what its
-batch left of C<$room>, cannot fail: the caller may accept it without a call, and hands the
-batch to C<add_stationary_many> before the mirror is used otherwise.
+nor the caller's batch) on a node in C<%nodes>, or moving between two different ones, whose
+C<maxmem> stays under what its batch left of C<$room>, cannot fail: the caller may accept it
+without a call, and hands the batch to C<add_batch> before the mirror is used otherwise.
 
 =cut
 
-sub stationary_view {
+sub batch_view {
     my ($self) = @_;
     return ($self->{nodes}, $self->{res}, MEMORY_RISK - $self->{bound});
 }
 
-=item add_stationary_many(\%placed, $bytes)
+=item add_batch(\%placements, $bytes)
 
-Records a batch of adds checked as C<stationary_view> says (C<%placed>: sid -> node), as
-C<add_resource> would one by one; C<$bytes>: their C<maxmem> together. The hash becomes the
-mirror's (the caller lets go of it): a mirror without resources keeps it as it is, with no
-copy (an HA round's guests come in one batch). Recording the same batch twice (a signal handler
-that died in between) only counts its bytes twice: the bound grows, which errs on the safe side.
+Records a batch of adds checked as C<batch_view> says, as C<add_resource> would one by one:
+C<%placements> maps each sid to its node, or to C<[current, target]> while it moves;
+C<$bytes>: their C<maxmem> together. The hash becomes the mirror's (the caller lets go of it):
+a mirror without resources keeps it as it is, with no copy (an HA round's guests come in one
+batch). Recording the same batch twice (a signal handler that died in between) only counts its
+bytes twice: the bound grows, which errs on the safe side.
 
 =cut
 
-sub add_stationary_many {
-    my ($self, $placed, $bytes) = @_;
+sub add_batch {
+    my ($self, $placements, $bytes) = @_;
     if (%{ $self->{res} }) {
-        @{ $self->{res} }{ keys %$placed } = values %$placed;
+        @{ $self->{res} }{ keys %$placements } = values %$placements;
     } else {
-        $self->{res} = $placed;
+        $self->{res} = $placements;
     }
     $self->{bound} += $bytes;
     return;

@@ -53,10 +53,11 @@ sub _new {
 
 # The adds' common case collected for their owners (see _resource_adder), of one object at a
 # time, so that nothing else is journaled while they wait. $ADDING: the object's state (undef:
-# none); from Mirror::stationary_view, $NODES and $KNOWN (its nodes and resources, to read) and
+# none); from Mirror::batch_view, $NODES and $KNOWN (its nodes and resources, to read) and
 # $ROOM (bytes of maxmem left before a memory risk; $ROOM_AT_OPEN: at first); $PLACED: the
-# collected sids (sid -> node), for the mirror; @ENTRIES: their journal entries not yet
-# journaled, in order, handed over once there are $DUE_AT (Connection::journal_room).
+# placements collected (sid -> node, or [current, target]), for the mirror; @ENTRIES: their
+# journal entries not yet journaled, in order, handed over once there are $DUE_AT
+# (Connection::journal_room).
 my ($ADDING, $NODES, $KNOWN, $ROOM, $ROOM_AT_OPEN, $PLACED, @ENTRIES, $DUE_AT);
 
 # The state of a checked invocant (dies like perlmod for anything else). Every method but the
@@ -112,17 +113,18 @@ sub _mutate {
 #
 # Who owns what: the add's checks and records are the mirror's (CRSBridge::Mirror), its journal
 # entry and when entries are sent are the connection's (CRSBridge::Connection); this module
-# writes neither. An add of a new stationary resource on a known node, the common case, cannot
-# fail: it is checked against what the mirror gives for that (Mirror::stationary_view) and
-# collected in this module's batch (see $ADDING), without a call. The batch goes to its owners
-# whole: its journal entries once there are as many as the connection takes before its next
-# flush (Connection::journal_room, journal_many), its placements and entries before anything
-# else uses an object (_settle_adds: from _state, DESTROY, an add of another kind or of another
-# object; Mirror::add_stationary_many), so that the mirror, the journal and the flushes are
-# what they would be add by add. Any other placement goes through Mirror::add_resource, and its
-# errors, and Connection::journal. Any other sid or resource is decoded exactly and goes through
-# _mutate (a value the server refuses, or a node's memory near its limit (Mirror::memory_risk),
-# is sent as a single call, for the server's message), so decoding errors come from one place.
+# writes neither. An add of a new resource on known nodes (stationary, or moving between two),
+# the common case, cannot fail: it is checked against what the mirror gives for that
+# (Mirror::batch_view) and collected in this module's batch (see $ADDING), without a call. The
+# batch goes to its owners whole: its journal entries once there are as many as the connection
+# takes before its next flush (Connection::journal_room, journal_many), its placements and
+# entries before anything else uses an object (_settle_adds: from _state, DESTROY, an add of
+# another object or one taking the exact path; Mirror::add_batch), so that the mirror, the
+# journal and the flushes are what they would be add by add. Any other sid or resource, and an
+# add that fails, is decoded exactly and goes through _mutate, where the mirror dies with
+# upstream's message (a value the server refuses, or a node's memory near its limit
+# (Mirror::memory_risk), is sent as a single call, for the server's message), so errors come
+# from one place.
 sub _resource_adder {
     my ($method, $param) = @_;
     return sub {
@@ -167,14 +169,12 @@ sub _resource_adder {
             $maxmem = int($maxmem);
             # A node's memory might near the server's limit: the exact path sends the add as a call.
             last FAST if $maxmem >= $ROOM;
-            if (defined $target || !exists $NODES->{$current} || exists $KNOWN->{$sid} || exists $PLACED->{$sid}) {
-                _settle_adds();
-                $st->{mirror}->add_resource($sid, $current, $target, $maxmem);    # dies with upstream's message
-                CRSBridge::Connection::journal($st, $entry);
-                return;
-            }
+            # An add that fails (the mirror's message) takes the exact path.
+            last FAST if !exists $NODES->{$current} || exists $KNOWN->{$sid} || exists $PLACED->{$sid}
+                || defined $target && ($target eq $current || !exists $NODES->{$target});
             # One statement: a signal handler that dies (an alarm) finds the add made or not at all.
-            $ROOM -= $maxmem, $PLACED->{$sid} = $current, push @ENTRIES, $entry;
+            $ROOM -= $maxmem, $PLACED->{$sid} = defined $target ? [ $current, $target ] : $current,
+                push @ENTRIES, $entry;
             _journal_adds() if @ENTRIES >= $DUE_AT;
             return;
         }
@@ -193,7 +193,7 @@ sub _open_adds {
     my ($st) = @_;
     _settle_adds() if $ADDING;
     return 0 if !CRSBridge::Connection::usable($st);
-    ($NODES, $KNOWN, $ROOM) = $st->{mirror}->stationary_view;
+    ($NODES, $KNOWN, $ROOM) = $st->{mirror}->batch_view;
     ($ROOM_AT_OPEN, $PLACED, $DUE_AT) = ($ROOM, {}, CRSBridge::Connection::journal_room());
     $ADDING = $st;
     return 1;
@@ -207,10 +207,10 @@ sub _journal_adds {
 }
 
 # Hands the batch to the mirror, then to the journal, and closes it. A signal handler that dies
-# in between leaves it open, to be handed over again (see Mirror::add_stationary_many and
+# in between leaves it open, to be handed over again (see Mirror::add_batch and
 # Connection::journal_many).
 sub _settle_adds {
-    $ADDING->{mirror}->add_stationary_many($PLACED, $ROOM_AT_OPEN - $ROOM);
+    $ADDING->{mirror}->add_batch($PLACED, $ROOM_AT_OPEN - $ROOM);
     CRSBridge::Connection::journal_many($ADDING, \@ENTRIES);
     $ADDING = undef;
     return;
