@@ -208,13 +208,6 @@ resource's C<$maxmem> bytes.
 
 sub add_resource {
     my ($self, $sid, $current, $target, $maxmem) = @_;
-    my $nodes = $self->{nodes};
-    if (!defined $target && exists $nodes->{$current} && !exists $self->{res}{$sid}) {
-        # The common case, checked inline.
-        $self->{res}{$sid} = $current;
-        $self->{bound} += $maxmem;
-        return;
-    }
     $self->check_resource($sid, $current, $target);
     $self->{res}{$sid} = defined $target ? [ $current, $target ] : $current;
     $self->{bound} += $maxmem;
