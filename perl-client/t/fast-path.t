@@ -25,7 +25,9 @@ my $exact = 0;
     *CRSBridge::Scheduler::resource_param = \&CRSBridge::Records::resource_param;
 }
 
-sub journal { return [ @{ CRSBridge::Connection::journal_entries($_[0]{_crs}) } ] }
+# The object's journal (any method, CRSBridge::Scheduler::_state first, hands the adds collected
+# so far to it).
+sub journal { return [ @{ CRSBridge::Connection::journal_entries(CRSBridge::Scheduler::_state($_[0])) } ] }
 
 my @nodes = ('n1', 'n2', "n\x{fc}3");    # a name above ASCII needs no escape in JSON
 
@@ -124,6 +126,10 @@ subtest 'anything else takes the exact path, with its error texts' => sub {
         "current node for resource 'vm:2' does not exist\n", 'an unknown node too');
     is(error_of { $usage->add_service('vm:2', { %service, 'target-node' => 'n1' }) },
         "resource 'vm:2' has the same current and target node\n", 'a moving one with the same nodes too');
+    is(error_of { $usage->add_service('vm:2', { %service, 'target-node' => 'n9' }) },
+        "nodes for resource 'vm:2' do not exist\n", 'one moving to an unknown node too');
+    is(error_of { $usage->add_service('vm:1', { %service, 'target-node' => 'n2' }) }, "resource 'vm:1' already exists\n",
+        'a moving duplicate too');
     is(scalar(grep {/"vm:2"/} @{ journal($usage) }), 0, 'none of them journaled');
     is($usage->calculate_node_imbalance, static_cluster_with(\%service, 'vm:"quoted"', '42', 'vm:1'),
         'the server has what the client accepted');

@@ -156,6 +156,24 @@ subtest 'removals and re-adds before the decision: explain sees the same state' 
     is((cli('replay', $path))[0], 0, 'replay exits 0');
 };
 
+subtest 'adds after the last query, right before the drop, are in the journal' => sub {
+    # The adds' common case is handed to the journal in batches: the drop hands over the last one.
+    my $record = tempdir(CLEANUP => 1);
+    local $ENV{CRS_BRIDGE_RECORD} = $record;
+    my $usage = PVE::RS::ResourceScheduling::Static->new();
+    $usage->add_node("n$_", 8, 32 * GiB) for 1 .. 2;
+    my $add = sub { $usage->add_service("vm:$_[0]", { stats => { maxcpu => 1, maxmem => GiB }, running => 1,
+        'current-node' => 'n1' }) };
+    $add->($_) for 1 .. 3;
+    $usage->calculate_node_imbalance;
+    $add->($_) for 4 .. 5;
+    undef $usage;
+    my $file = eval { JSON::PP->new->decode(slurp("$record/" . records($record)->[0])) } // {};
+    my @sids = map { $_->[0] eq 'add_service' ? $_->[1] : () } @{ $file->{record}{journal} // [] };
+    is_deeply(\@sids, [ map {"vm:$_"} 1 .. 5 ], 'every add, in order');
+    is($file->{record}{calls}[0]{at}, 5, 'the query came after the nodes and the first three');
+};
+
 subtest 'the decision is the last scoring answer, not a failed query' => sub {
     my $record = tempdir(CLEANUP => 1);
     local $ENV{CRS_BRIDGE_RECORD} = $record;

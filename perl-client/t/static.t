@@ -184,6 +184,19 @@ subtest 'refused at the add, not at a later call (found in review)' => sub {
     ok($other->calculate_node_imbalance > 0, 'the other object kept its add');
 };
 
+subtest 'refused at the add also after adds collected without a call' => sub {
+    # The adds' common case is collected and handed to the mirror and the journal in batches;
+    # the memory of the adds in a batch counts all the same: the add that would take a node past
+    # the limit still goes as a call, and dies at once.
+    my $s = cluster();
+    my $add = sub { $s->add_service("vm:$_[0]", { stats => { maxcpu => 1, maxmem => 2**60 }, running => 1, 'current-node' => 'A' }) };
+    is(error_of { $add->($_) for 1 .. 3 }, '', 'three adds of 2**60 bytes: node A holds 3 * 2**60');
+    like(error_of { $add->(4) }, qr/^Invalid params: .*memory of node 'A' with resource 'vm:4' would exceed 4611686018427387903 bytes\n\z/,
+        'the fourth would take it past 2**62 - 1');
+    is(error_of { $s->add_service('vm:5', service('B')); $s->calculate_node_imbalance }, '', 'the object goes on');
+    is_deeply(server_call($s, 'list_nodes'), [qw(A B C)], '... on the server too');
+};
+
 subtest 'remove_service_usage' => sub {
     my $s = cluster();
     $s->add_service('vm:1', service('A'));

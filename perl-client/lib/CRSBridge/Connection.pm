@@ -30,11 +30,8 @@ use constant APPLY_MAX => 10000;
 my $CURRENT;       # the connection of this process ($CURRENT->{pid} == $$), or one inherited across fork
 my %LIVE;          # object id -> state of every live scheduler object of this process
 my $SERVERS = 0;   # servers started so far, to tell a handle's server apart from the current one
-# Journal entries not yet queued to the server, over all objects: a flush is due at $DUE. Package
-# variables, counted by journal and by its common case written out in CRSBridge::Scheduler (a
-# call less per add).
-our $PENDING = 0;
-our $DUE = FIRST_CHUNK;
+my $PENDING = 0;    # journal entries not yet queued to the server, over all objects
+my $DUE = FIRST_CHUNK;    # ... and how many make a flush due (see journal_room)
 # The last answer read for a call (a reference to the line as the server wrote it), for
 # CRSBridge::Recorder, which records answers bit for bit.
 our $ANSWER;
@@ -69,10 +66,12 @@ A scheduler object's state is a hash. Its creator gives C<mode> and C<imbalance>
 to create the object on each new server) and may keep keys of its own (L<CRSBridge::Scheduler>:
 C<mirror>); this module owns, and alone reads and writes, the rest: C<id>, C<handle> and C<srv>
 (its server-side handle and the server it is valid on), C<jf> (journal: one
-C<scheduler.apply> entry per mutation, the JSON text C<[method, args...]>), C<sent> (journal
-entries already queued to the current server), C<unborn> (its C<scheduler.new> not yet sent,
-see C<create>), C<poison> (set when the server refused a buffered mutation or its creation: see
-C<check_usable>), C<dead>.
+C<scheduler.apply> entry per mutation, the JSON text C<[method, args...]>; read it with
+C<journal_entries>), C<sent> (journal entries already queued to the current server), C<unborn>
+(its C<scheduler.new> not yet sent, see C<create>), C<poison> (set when the server refused a
+buffered mutation or its creation: see C<usable>), C<dead>. The journal's flush policy
+(C<FIRST_CHUNK>, C<CHUNK>) is this module's too: a caller that collects entries asks
+C<journal_room> how many it may hold.
 
 =head1 METHODS
 
@@ -164,28 +163,52 @@ sub mutate {
 
 =item journal(\%state, $entry_json)
 
-C<mutate> with the whole journal entry, the JSON text C<[method, args...]>; a function of this
-process's connection rather than a method, for the adds a round makes by the thousand. Dies as
+C<mutate> with the whole journal entry, the JSON text C<[method, args...]>. Dies as
 C<check_usable> for an unusable object.
 
 =cut
 
 sub journal {
-    my $st = $_[0];    # the entry, $_[1], is not copied but once, into the journal
-    # Reading $$ is a system call, too dear for every entry: the process is checked when the
+    check_usable($_[0]);
+    journal_many($_[0], [ $_[1] ]);
+    return;
+}
+
+=item journal_many(\%state, \@entries)
+
+Journals the entries (JSON texts C<[method, args...]>, in order), taking them out of
+C<@entries>, which is left empty; a flush follows when one is due. For a caller that collects
+entries (L<CRSBridge::Scheduler>'s adds, a round's thousands) and has checked the object's
+C<usable> when it began. The entries are taken in one statement: a signal handler that dies
+meanwhile (an alarm) finds each of them either still in C<@entries> or journaled.
+
+=cut
+
+sub journal_many {
+    my ($st, $entries) = @_;
+    my $count = @$entries or return;
+    # Reading $$ is a system call, too dear for every batch: the process is checked when the
     # entries are sent. A forked child that journals into the connection it inherited changes
     # nothing that matters: its own connection (instance) starts a new server and restores
     # every object, whole journals included.
-    # The common case, an object with unsent entries already and no flush due, is only the
-    # push and the count: CRSBridge::Scheduler's adds do that themselves.
-    check_usable($st);
     my $self = $CURRENT // instance();
     my $jf = $st->{jf};
     push @{ $self->{dirty} }, $st if $st->{sent} == @$jf;
-    push @$jf, $_[1];
-    instance()->_flush_quietly if ++$PENDING >= $DUE;
+    push @$jf, splice @$entries;
+    $PENDING += $count;
+    instance()->_flush_quietly if $PENDING >= $DUE;
     return;
 }
+
+=item journal_room()
+
+How many more entries may be journaled, over all objects, before a flush is due (at least 1).
+A caller that collects entries hands them to C<journal_many> once it holds that many, and
+before anything else is journaled: the flushes then fall where they would entry by entry.
+
+=cut
+
+sub journal_room { return $DUE - $PENDING > 1 ? $DUE - $PENDING : 1 }
 
 =item journal_entries(\%state)
 
@@ -195,6 +218,14 @@ accepted, in order, each the JSON text C<[method, args...]>.
 =cut
 
 sub journal_entries { return $_[0]{jf} }
+
+=item usable(\%state)
+
+False when the object is unusable (see C<check_usable>).
+
+=cut
+
+sub usable { return !$_[0]{poison} }
 
 =item check_usable(\%state)
 

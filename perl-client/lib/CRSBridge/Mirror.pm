@@ -45,9 +45,11 @@ node (C<Usage.remove_node>); the placements must follow for later errors to be u
 
 =back
 
-A failed operation changes nothing, as on the server. The adds' common case (a new stationary
-resource on a known node) is also written out in L<CRSBridge::Scheduler>, which records it in
-C<res> and C<bound> as C<add_resource> would: a call per guest costs too much there.
+A failed operation changes nothing, as on the server. The mirror's state is its own: other
+modules change it through the methods below only. For the adds' common case (a new resource on
+known nodes, once per guest and HA round, where a call per guest costs too much),
+C<batch_view> gives what such an add is checked against and C<add_batch> records a batch
+of them (L<CRSBridge::Scheduler>'s fast path).
 
 =head1 METHODS
 
@@ -68,8 +70,7 @@ sub new {
     # order: node names in insertion order; nodes: name -> 1; res: sid -> its node (a stationary
     # resource: a string, no array per guest) or [current, target] (a moving one). No index of
     # each node's resources: only remove_node needs one, and it is rare, while adds are many.
-    # CRSBridge::Scheduler's add fast path records a new stationary resource on a known node in
-    # res and bound itself, as add_resource would (a call per guest is too dear there).
+    # bound: see memory_risk.
     return bless { order => [], nodes => {}, res => {}, bound => 0 }, $class;
 }
 
@@ -207,16 +208,48 @@ resource's C<$maxmem> bytes.
 
 sub add_resource {
     my ($self, $sid, $current, $target, $maxmem) = @_;
-    my $nodes = $self->{nodes};
-    if (!defined $target && exists $nodes->{$current} && !exists $self->{res}{$sid}) {
-        # The common case, checked inline.
-        $self->{res}{$sid} = $current;
-        $self->{bound} += $maxmem;
-        return;
-    }
     $self->check_resource($sid, $current, $target);
     $self->{res}{$sid} = defined $target ? [ $current, $target ] : $current;
     $self->{bound} += $maxmem;
+    return;
+}
+
+=item batch_view()
+
+For a caller that collects adds and records them in batches: C<(\%nodes, \%resources,
+$room)>, the names of the nodes and the sids of the resources as hash keys (the mirror's own
+hashes: to read, never to change, and only until the mirror changes), and the bytes of
+C<maxmem> that resources may add before C<memory_risk>. An add of a new sid (in neither hash
+nor the caller's batch) on a node in C<%nodes>, or moving between two different ones, whose
+C<maxmem> stays under what its batch left of C<$room>, cannot fail: the caller may accept it
+without a call, and hands the batch to C<add_batch> before the mirror is used otherwise.
+
+=cut
+
+sub batch_view {
+    my ($self) = @_;
+    return ($self->{nodes}, $self->{res}, MEMORY_RISK - $self->{bound});
+}
+
+=item add_batch(\%placements, $bytes)
+
+Records a batch of adds checked as C<batch_view> says, as C<add_resource> would one by one:
+C<%placements> maps each sid to its node, or to C<[current, target]> while it moves;
+C<$bytes>: their C<maxmem> together. The hash becomes the mirror's (the caller lets go of it):
+a mirror without resources keeps it as it is, with no copy (an HA round's guests come in one
+batch). Recording the same batch twice (a signal handler that died in between) only counts its
+bytes twice: the bound grows, which errs on the safe side.
+
+=cut
+
+sub add_batch {
+    my ($self, $placements, $bytes) = @_;
+    if (%{ $self->{res} }) {
+        @{ $self->{res} }{ keys %$placements } = values %$placements;
+    } else {
+        $self->{res} = $placements;
+    }
+    $self->{bound} += $bytes;
     return;
 }
 

@@ -51,8 +51,20 @@ sub _new {
     return bless { _crs => $st }, $class;
 }
 
-# The state of a checked invocant (dies like perlmod for anything else).
+# The adds' common case collected for their owners (see _resource_adder), of one object at a
+# time, so that nothing else is journaled while they wait. $ADDING: the object's state (undef:
+# none); from Mirror::batch_view, $NODES and $KNOWN (its nodes and resources, to read) and
+# $ROOM (bytes of maxmem left before a memory risk; $ROOM_AT_OPEN: at first); $PLACED: the
+# placements collected (sid -> node, or [current, target]), for the mirror; @ENTRIES: their
+# journal entries not yet journaled, in order, handed over once there are $DUE_AT
+# (Connection::journal_room).
+my ($ADDING, $NODES, $KNOWN, $ROOM, $ROOM_AT_OPEN, $PLACED, @ENTRIES, $DUE_AT);
+
+# The state of a checked invocant (dies like perlmod for anything else). Every method but the
+# adds' common case starts here, so the fast adds collected so far are handed to their owners
+# first (see _resource_adder): the mirror and the journal hold every add made.
 sub _state {
+    _settle_adds() if $ADDING;
     my $st = ref $_[0] && _reftype($_[0]) eq 'HASH' && $_[0]{_crs};
     return $st if $st;
     check_invocant($_[0], _binding($_[0]));
@@ -94,15 +106,26 @@ sub _mutate {
 # The common case runs once per guest and HA round, so it is written out in this one sub, with
 # no calls but a few builtins (a function of each owner instead, Records rendering, Mirror
 # recording, Connection journaling, measured 0.55 us more per guest: +8 % of a 16 x 2000 round,
-# +5 % at 48 x 10000, with benchmarks/ha_round_sizes.pl): a plain sid and a plain resource (a
-# hash of plain numbers within crs-bridge's bounds and plain names, as CRSBridge::Records defines them), for which the exact
-# decoders would give the same values and accept them, rendered as they would render them
-# (perl-client/t/fast-path.t holds the two together); a new stationary resource on a known node
-# is recorded in the mirror as Mirror::add_resource records it (any other placement goes through
-# that method, and its errors), and journaled as Connection::journal journals it. Any other
-# sid or resource is decoded exactly and goes through _mutate (a value the server refuses, or a
-# node's memory near its limit (Mirror::memory_risk), is sent as a single call, for the server's
-# message), so decoding errors come from one place.
+# +5 % at 48 x 10000, with benchmarks/ha_round_sizes.pl; the Records function alone, with the
+# batch below, 0.4 us): a plain sid and a plain resource (a
+# hash of plain numbers within crs-bridge's bounds and plain names, as CRSBridge::Records
+# defines them), for which the exact decoders would give the same values and accept them,
+# rendered as they would render them (perl-client/t/fast-path.t holds the two together).
+#
+# Who owns what: the add's checks and records are the mirror's (CRSBridge::Mirror), its journal
+# entry and when entries are sent are the connection's (CRSBridge::Connection); this module
+# writes neither. An add of a new resource on known nodes (stationary, or moving between two),
+# the common case, cannot fail: it is checked against what the mirror gives for that
+# (Mirror::batch_view) and collected in this module's batch (see $ADDING), without a call. The
+# batch goes to its owners whole: its journal entries once there are as many as the connection
+# takes before its next flush (Connection::journal_room, journal_many), its placements and
+# entries before anything else uses an object (_settle_adds: from _state, DESTROY, an add of
+# another object or one taking the exact path; Mirror::add_batch), so that the mirror, the
+# journal and the flushes are what they would be add by add. Any other sid or resource, and an
+# add that fails, is decoded exactly and goes through _mutate, where the mirror dies with
+# upstream's message (a value the server refuses, or a node's memory near its limit
+# (Mirror::memory_risk), is sent as a single call, for the server's message), so errors come
+# from one place.
 sub _resource_adder {
     my ($method, $param) = @_;
     return sub {
@@ -110,7 +133,7 @@ sub _resource_adder {
         my $st = ref $_[0] && _reftype($_[0]) eq 'HASH' && $_[0]{_crs} || _state($_[0]);
         FAST: {
             my ($sid, $r) = @_[1, 2];
-            last FAST if $st->{poison} || ref $r ne 'HASH' || !defined $sid || ref $sid || plain_number($sid)
+            last FAST if ref $r ne 'HASH' || !defined $sid || ref $sid || plain_number($sid)
                 || $sid eq '' || $sid =~ tr/\x00-\x1f"\\//;
             my ($s, $running, $current, $target) = @$r{ 'stats', 'running', 'current-node', 'target-node' };
             last FAST if ref $s ne 'HASH' || !(plain_number($running) || _bool($running))
@@ -142,33 +165,56 @@ sub _resource_adder {
                 . qq(,"current-node":"$current") . (defined $target ? qq(,"target-node":"$target"}]) : '}]');
             # Names with characters past Latin-1 (one test for all three): arg_string checks them.
             last FAST if utf8::is_utf8($entry);
-            my $m = $st->{mirror};
+            # The object's batch, opened at its first add since anything else was done.
+            last FAST if ($ADDING // 0) != $st && !_open_adds($st);
             $maxmem = int($maxmem);
-            my $bound = $m->{bound} + $maxmem;
             # A node's memory might near the server's limit: the exact path sends the add as a call.
-            last FAST if $bound >= CRSBridge::Mirror::MEMORY_RISK;
-            if (defined $target || !exists $m->{nodes}{$current} || exists $m->{res}{$sid}) {
-                $m->add_resource($sid, $current, $target, $maxmem);    # dies with upstream's message
-            } else {
-                $m->{res}{$sid} = $current;
-                $m->{bound} = $bound;
-            }
-            # Connection::journal's common case, written out (see there).
-            my $jf = $st->{jf};
-            if ($st->{sent} < @$jf && $CRSBridge::Connection::PENDING < $CRSBridge::Connection::DUE - 1) {
-                push @$jf, $entry;
-                $CRSBridge::Connection::PENDING++;
-            } else {
-                CRSBridge::Connection::journal($st, $entry);
-            }
+            last FAST if $maxmem >= $ROOM;
+            # An add that fails (the mirror's message) takes the exact path.
+            last FAST if !exists $NODES->{$current} || exists $KNOWN->{$sid} || exists $PLACED->{$sid}
+                || defined $target && ($target eq $current || !exists $NODES->{$target});
+            # One statement: a signal handler that dies (an alarm) finds the add made or not at all.
+            $ROOM -= $maxmem, $PLACED->{$sid} = defined $target ? [ $current, $target ] : $current,
+                push @ENTRIES, $entry;
+            _journal_adds() if @ENTRIES >= $DUE_AT;
             return;
         }
+        _settle_adds() if $ADDING;
         my $sid = arg_string($_[1]);
         my ($json, $refused, $current, $target, $maxmem) = resource_param($_[2], $st->{mode}, $param);
         $refused ||= $sid eq '' || $st->{mirror}->memory_risk($maxmem);
         _mutate($st, $method, json_str($sid) . ",$json", $refused, add_resource => $sid, $current, $target, $maxmem);
         return;
     };
+}
+
+# Opens a batch of $st's adds, after handing over another object's; false when the object is
+# unusable (the exact path dies saying why, after the arguments' decoding errors).
+sub _open_adds {
+    my ($st) = @_;
+    _settle_adds() if $ADDING;
+    return 0 if !CRSBridge::Connection::usable($st);
+    ($NODES, $KNOWN, $ROOM) = $st->{mirror}->batch_view;
+    ($ROOM_AT_OPEN, $PLACED, $DUE_AT) = ($ROOM, {}, CRSBridge::Connection::journal_room());
+    $ADDING = $st;
+    return 1;
+}
+
+# Journals the collected entries (the connection flushes, as it is due).
+sub _journal_adds {
+    CRSBridge::Connection::journal_many($ADDING, \@ENTRIES);
+    $DUE_AT = CRSBridge::Connection::journal_room();
+    return;
+}
+
+# Hands the batch to the mirror, then to the journal, and closes it. A signal handler that dies
+# in between leaves it open, to be handed over again (see Mirror::add_batch and
+# Connection::journal_many).
+sub _settle_adds {
+    $ADDING->{mirror}->add_batch($PLACED, $ROOM_AT_OPEN - $ROOM);
+    CRSBridge::Connection::journal_many($ADDING, \@ENTRIES);
+    $ADDING = undef;
+    return;
 }
 
 # A remove of either mode (remove_service_usage / remove_resource): unknown sids are a no-op
@@ -411,6 +457,7 @@ sub DESTROY {
     return if ${^GLOBAL_PHASE} eq 'DESTRUCT';
     local ($@, $!, $?);
     my $st = ref $self && $self->{_crs} or return;
+    _settle_adds() if ($ADDING // 0) == $st;    # the recorder writes the whole journal
     CRSBridge::Recorder::finish($st) if $st->{rec};
     CRSBridge::Connection->release($st);
     return;

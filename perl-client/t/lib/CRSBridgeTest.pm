@@ -76,13 +76,15 @@ sub reference_imbalance {
 =item server_call($object, $method, $params_json)
 
 Calls C<scheduler.$method> for C<$object> on the server directly (after the buffered
-mutations), to check the server's state against what the client answers locally.
+mutations, the adds the object collected included: its state is taken as its methods take
+it), to check the server's state against what the client answers locally.
 
 =cut
 
 sub server_call {
     my ($object, $method, $params) = @_;
-    return CRSBridge::Connection->instance->call($object->{_crs}, "scheduler.$method", $params // '');
+    my $st = CRSBridge::Scheduler::_state($object);
+    return CRSBridge::Connection->instance->call($st, "scheduler.$method", $params // '');
 }
 
 =item server_pid()
