@@ -15,7 +15,7 @@ use warnings;
 
 use Time::HiRes qw(time);
 
-use CRSBridge::Codec qw(backend decode_json_text json_str);
+use CRSBridge::Codec qw(backend decode_answer decode_json_text json_str);
 use CRSBridge::Config;
 use CRSBridge::Process;
 
@@ -511,7 +511,7 @@ sub _await {
             $self->_batch_answered($line);
             next;
         }
-        my $answer = eval { decode_json_text($line) };
+        my $answer = eval { decode_answer($line) };
         die "crs-bridge: the server sent something that is not JSON: " . substr($line, 0, 200) . "\n"
             if ref $answer ne 'HASH';
         if (defined $answer->{id} && $answer->{id} eq $id) {
