@@ -84,14 +84,17 @@ my $NUMBER = qr/-?(?:0|[1-9][0-9]{0,14})(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?/;
 # A name of printable ASCII without quote or backslash: JSON::PP gives it as it is.
 my $NAME = qr/"([^"\\\x00-\x1f\x80-\xff]*)"/;
 my $SCORED = qr/\{"migration":\{"sid":$NAME,"source-node":$NAME,"target-node":$NAME\},"imbalance":($NUMBER)\}/;
+# Whole results (compiled once: a pattern interpolated in a match is checked anew on each use).
+my $NUMBER_RESULT = qr/\A$NUMBER\z/;
+my $SCORED_LIST = qr/\A\[(?:$SCORED(?:,(?=\{)|(?=\]\z)))*\]\z/;
 
 sub decode_answer {
     _init() if !$DECODER;
     return $DECODER->decode($_[0]) if $BACKEND ne 'JSON::PP'
         || $_[0] !~ /\A\{"jsonrpc":"2\.0","result":(.*),"id":([1-9][0-9]{0,14})\}\z/s;
     my ($result, $id) = ($1, 0 + $2);
-    return { jsonrpc => '2.0', result => _number($result), id => $id } if $result =~ /\A$NUMBER\z/;
-    return $DECODER->decode($_[0]) if $result !~ /\A\[(?:$SCORED(?:,(?=\{)|(?=\]\z)))*\]\z/;
+    return { jsonrpc => '2.0', result => _number($result), id => $id } if $result =~ $NUMBER_RESULT;
+    return $DECODER->decode($_[0]) if $result !~ $SCORED_LIST;
     my @scored;
     while ($result =~ /$SCORED/g) {
         push @scored,
