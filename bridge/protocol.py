@@ -322,17 +322,13 @@ class Protocol:
 
     def _answer(self, request: Any) -> dict | None:
         """Dispatch one request, a struct or decoded JSON, with its params as the context."""
-        if not isinstance(request, msgspec.Struct):
-            problem = request_problem(request)
-            if problem is not None:
-                return error_response(INVALID_REQUEST, f"Invalid request: {problem}")
-            envelope = {key: value for key, value in request.items() if key != "params"}
-            params = request.get("params", {})
-        else:
-            envelope = {"jsonrpc": "2.0", "method": self._messages.methods[type(request)]}
-            if request.id is not msgspec.UNSET:
-                envelope["id"] = request.id
-            params = {} if request.params is msgspec.UNSET else request.params
+        if isinstance(request, msgspec.Struct):
+            return self._answer_struct(request)
+        problem = request_problem(request)
+        if problem is not None:
+            return error_response(INVALID_REQUEST, f"Invalid request: {problem}")
+        envelope = {key: value for key, value in request.items() if key != "params"}
+        params = request.get("params", {})
         return _dispatcher.dispatch_to_response_pure(
             deserializer=_as_it_is,
             validator=_as_it_is,
@@ -341,6 +337,21 @@ class Protocol:
             methods=self._methods,
             request=envelope,
         )
+
+    def _answer_struct(self, request: msgspec.Struct) -> dict | None:
+        """Dispatch a request the strict decoder took (a known method in a valid envelope) with
+        jsonrpcserver's own steps for the call and the response; the steps before them (finding
+        the method, binding the params to its signature, the monads between the steps) cannot
+        fail for such a request and took 13 of a small request's 18 us (a 3-node HA round makes
+        six requests)."""
+        name = self._messages.methods[type(request)]
+        ident = _dispatcher.NOID if request.id is msgspec.UNSET else request.id
+        params = {} if request.params is msgspec.UNSET else request.params
+        call = _dispatcher.Request(name, [], ident)
+        result = _dispatcher.call(call, params, self._methods[name])
+        if ident is _dispatcher.NOID:
+            return None
+        return _response.to_serializable_one(_dispatcher.to_response(call, result))
 
     def _invoke(self, name: str, params: Any) -> Any:
         """Run method ``name`` for jsonrpcserver; every failure becomes an error result."""
