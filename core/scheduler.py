@@ -36,8 +36,11 @@ _NO_ROWS = (np.empty(0, dtype=np.int64), np.empty(0))
 
 #: Up to this many candidates, exact imbalances are computed one candidate at a time: the
 #: vectorised sums cost some 15 NumPy calls per node whatever the count (at 1024 nodes, 7 ms
-#: for the 10 rows a TOPSIS call asks for, against 1.5 ms one at a time).
-_ONE_AT_A_TIME_UP_TO = 32
+#: for the 10 rows a TOPSIS call asks for, against 1.5 ms one at a time). 60 candidates on 16
+#: nodes took 77 us one at a time, 125 us vectorised; on 3 nodes 30 and 27 us with warm caches,
+#: but in a server between HA rounds' calls (cold) one at a time scored a 3 x 30 round 25 us
+#: sooner (its scoring 157 us instead of 182).
+_ONE_AT_A_TIME_UP_TO = 64
 
 
 def check_limit(limit: object) -> int:
