@@ -32,15 +32,22 @@ my $backend_decodes = 0;
     *JSON::PP::decode = sub { $backend_decodes++; goto &$decode };
 }
 
-# decode_answer($line) against JSON::PP: the same structure, numbers with the same bits and
-# the same kind (integer or not); $fast: whether it should do without JSON::PP.
+# decode_answer($line) and JSON::PP's decoding of it (numbers as their kind and bits), and what
+# read it ('fast' or 'backend').
+sub both_ways {
+    my ($line) = @_;
+    my $want = bits($pp->decode($line));
+    $backend_decodes = 0;
+    my $got = bits(decode_answer($line));
+    return ($got, $want, $backend_decodes ? 'backend' : 'fast');
+}
+
+# decode_answer($line) against JSON::PP; $fast: whether it should do without JSON::PP.
 sub same_as_pp {
     my ($line, $fast, $what) = @_;
-    my $want = $pp->decode($line);
-    $backend_decodes = 0;
-    my $got = decode_answer($line);
-    is_deeply(bits($got), bits($want), "$what: as JSON::PP decodes it");
-    is($backend_decodes ? 'backend' : 'fast', $fast ? 'fast' : 'backend', "$what: read by the " . ($fast ? 'fast path' : 'backend'));
+    my ($got, $want, $path) = both_ways($line);
+    is_deeply($got, $want, "$what: as JSON::PP decodes it");
+    is($path, $fast ? 'fast' : 'backend', "$what: read by the " . ($fast ? 'fast path' : 'backend'));
 }
 
 # A structure with each number replaced by its kind and its bits (is_deeply compares numbers as strings).
@@ -60,11 +67,17 @@ srand(17);
 push @numbers, map { sprintf('%.17g', (rand() - 0.5) * 10**int(rand(40) - 20)) } 1 .. 200;
 push @numbers, map { sprintf('%.15g', rand() * 3) } 1 .. 100;
 my $id = 1;
+my (@got, @want, @paths, @expected);
 for my $n (@numbers) {
+    my ($got, $want, $path) = both_ways(qq({"jsonrpc":"2.0","result":$n,"id":) . $id++ . '}');
+    push @got, [ $n, $got ];
+    push @want, [ $n, $want ];
+    push @paths, "$n: $path";
     # An integer part of more than 15 digits is left to JSON::PP (it may keep the number as a string).
-    my $fast = $n !~ /^-?[0-9]{16}/;
-    same_as_pp(qq({"jsonrpc":"2.0","result":$n,"id":) . $id++ . '}', $fast, "number $n");
+    push @expected, "$n: " . ($n =~ /^-?[0-9]{16}/ ? 'backend' : 'fast');
 }
+is_deeply(\@got, \@want, scalar(@numbers) . ' numbers as results: as JSON::PP decodes them');
+is_deeply(\@paths, \@expected, '... read by the fast path, but for integer parts of more than 15 digits');
 my $scored = sub {
     my ($sid, $src, $tgt, $imbalance) = @_;
     return qq({"migration":{"sid":"$sid","source-node":"$src","target-node":"$tgt"},"imbalance":$imbalance});
