@@ -10,6 +10,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/../lib";
 
+use B ();
 use JSON::PP;
 use Test::More;
 use CRSBridge::Codec qw(decode_answer json_str_list);
@@ -59,7 +60,6 @@ sub bits {
     my $number = B::svref_2object(\$v)->FLAGS & (B::SVf_IOK() | B::SVf_NOK());
     return $number ? (B::svref_2object(\$v)->FLAGS & B::SVf_NOK() ? 'NV ' : 'IV ') . unpack('H*', pack('d', $v)) : "PV $v";
 }
-use B ();
 
 my @numbers = (qw(0 1 -1 7 123456789012345 -123456789012345 0.0 -0.0 1.5 0.06666504166308601 0.026685448156265
     1e-05 1e+20 2.5E-3 5e-324 1.7976931348623157e+308 2.2250738585072014e-308 0.1 0.30000000000000004 1e22 9007199254740993.0));
@@ -85,7 +85,8 @@ my $scored = sub {
 my @lists = (
     [ [], 1, 'no scored migration' ],
     [ [ $scored->('vm:119', 'node03', 'node02', '0.026685448156265') ], 1, 'one scored migration' ],
-    [ [ map { $scored->("ct:$_", 'a b', "n'$_", $numbers[$_]) } grep { $numbers[$_] !~ /^-?[0-9]{16}/ } 0 .. 60 ], 1, 'many scored migrations' ],
+    [ [ map { $scored->("ct:$_", 'a b', "n'$_", $numbers[$_]) } grep { $numbers[$_] !~ /^-?[0-9]{16}/ } 0 .. 60 ],
+        1, 'many scored migrations' ],
     [ [ $scored->('vm:1', 'n\\\\1', 'n2', '0.5') ], 0, 'a name with an escape' ],
     [ [ $scored->("vm:\xc3\xbc", 'n1', 'n2', '0.5') ], 0, 'a name past ASCII' ],
     [ [ $scored->('vm:1', 'n1', 'n2', '12345678901234567') ], 0, 'a long integer (JSON::PP: a string)' ],
