@@ -15,15 +15,18 @@ use warnings;
 
 use Time::HiRes qw(time);
 
-use CRSBridge::Codec qw(backend decode_json_text json_str);
+use CRSBridge::Codec qw(backend decode_answer decode_json_text json_str);
 use CRSBridge::Config;
 use CRSBridge::Process;
 
 # Buffered mutations are sent once FIRST_CHUNK have piled up (over all objects) after a call,
 # then each time twice as many as the last time, up to CHUNK: the server applies them while
 # Perl builds the next ones, starting early in a round (its new object and nodes, the first
-# guests) and keeping pace with it, and a query waits for at most CHUNK of them.
-use constant { FIRST_CHUNK => 16, CHUNK => 250 };
+# guests) and keeping pace with it, and a query waits for at most CHUNK of them. A batch of its
+# own costs a write, a request and a wake-up on each side, which a few dozen adds of overlap do
+# not pay for: a round of fewer than FIRST_CHUNK mutations goes in one write with its first query
+# (3 x 30: p50 5 % lower on average over four runs with 64 than with 16; 4 x 300, 8 x 500 alike).
+use constant { FIRST_CHUNK => 64, CHUNK => 250 };
 # Most journal entries in one scheduler.apply (a replay of a longer journal takes several).
 use constant APPLY_MAX => 10000;
 
@@ -542,7 +545,7 @@ sub _await {
             $self->_batch_answered($line);
             next;
         }
-        my $answer = eval { decode_json_text($line) };
+        my $answer = eval { decode_answer($line) };
         die "crs-bridge: the server sent something that is not JSON: " . substr($line, 0, 200) . "\n"
             if ref $answer ne 'HASH';
         if (defined $answer->{id} && $answer->{id} eq $id) {
