@@ -3,8 +3,8 @@
 ``crs-bridge serve [--trace FILE|-] [--log-target auto|stderr|syslog] [--client-pid PID]``
     Serve JSON-RPC 2.0 on stdin/stdout (see :mod:`bridge.server` for framing and exit rules).
     Logs go to stderr, or to syslog when stderr is closed or /dev/null (or always, with
-    ``--log-target syslog``; see :mod:`bridge.logsink`). With ``--client-pid`` every log line
-    names the client, and the server exits once that process is gone (:mod:`bridge.lifeline`).
+    ``--log-target syslog``; see :mod:`crs_bridge.logsink`). With ``--client-pid`` every log line
+    names the client, and the server exits once that process is gone (:mod:`crs_bridge.lifeline`).
 ``crs-bridge call METHOD [PARAMS]``
     Start a server, send one request, print the answer. PARAMS is inline JSON or ``@file``
     (``@-``: standard input). The result is pretty-printed on stdout (exit 0); an error is
@@ -125,7 +125,7 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .bridge import logsink
+    from . import logsink
     from .bridge.server import Terminated, serve
 
     try:
@@ -141,7 +141,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         try:
             if args.client_pid is not None:
-                from .bridge import lifeline
+                from . import lifeline
 
                 # Until serve() installs its own handler, the watch's SIGTERM (a client gone
                 # already, or during the start) must end the server as cleanly: caught below.
@@ -167,7 +167,7 @@ def _terminate_start(signum: int, frame: object) -> None:
 
 def _serve_log_format(sink: object, client_pid: int | None) -> str:
     """The server's log line format: syslog's ident already names crs-bridge and its pid."""
-    from .bridge.logsink import SyslogSink
+    from .logsink import SyslogSink
 
     client = "" if client_pid is None else f"[client {client_pid}] "
     return ("" if isinstance(sink, SyslogSink) else _LOG_PREFIX) + client + _LOG_MESSAGE
