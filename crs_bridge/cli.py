@@ -42,14 +42,23 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
 
 from . import doctor
 from .bridge import __version__
-from .bridge.limits import HELP, ServerLimits, env_var, flag, limits_from_env
+from .bridge.limits import ORJSON_MAX_DEPTH, ServerLimits, env_var, flag
+
+#: What each limit bounds, for ``crs-bridge serve --help``.
+_LIMITS_HELP = {
+    "max_message_bytes": "refuse larger messages (bytes; -32600)",
+    "max_nodes": "most usage.nodes entries per call (-32602)",
+    "max_resources": "most usage.resources entries, and bundle members, per call (-32602)",
+    "max_candidates": "most expanded candidates per call (-32602)",
+    "max_json_depth": f"deepest JSON nesting per message (-32600; at most {ORJSON_MAX_DEPTH})",
+}
 
 _LOG_PREFIX = "crs-bridge[%(process)d] "  # syslog's ident says this itself
 _LOG_MESSAGE = "%(levelname)s: %(message)s"
@@ -77,7 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     _common_options(serve)
     for name, default in ServerLimits().as_dict().items():
         serve.add_argument(
-            flag(name), type=int, metavar="N", help=f"{HELP[name]}; default {default}, or ${env_var(name)}"
+            flag(name), type=int, metavar="N", help=f"{_LIMITS_HELP[name]}; default {default}, or ${env_var(name)}"
         )
     serve.add_argument(
         "--log-target",
@@ -177,6 +186,23 @@ def _limits(args: argparse.Namespace) -> ServerLimits:
     """The environment's limits (CRS_BRIDGE_MAX_*), overridden by the command line's."""
     given = {name: getattr(args, name) for name in ServerLimits().as_dict() if getattr(args, name) is not None}
     return dataclasses.replace(limits_from_env(), **given)
+
+
+def limits_from_env(environ: Mapping[str, str] = os.environ) -> ServerLimits:
+    """Defaults overridden by the ``CRS_BRIDGE_MAX_*`` variables set in ``environ``
+    (ValueError naming the variable for a value that is not a positive integer in range)."""
+    values: dict[str, int] = {}
+    for name in ServerLimits().as_dict():
+        text = environ.get(env_var(name), "").strip()
+        if text:
+            try:
+                values[name] = int(text)
+            except ValueError:
+                raise ValueError(f"{env_var(name)} must be a positive integer, got {text!r}") from None
+    try:
+        return ServerLimits(**values)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (from the environment)") from None
 
 
 def _call(args: argparse.Namespace) -> int:
