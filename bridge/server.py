@@ -23,8 +23,7 @@ import signal
 import sys
 import time
 import types
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from typing import IO
 
 from . import memory, phases
@@ -47,45 +46,32 @@ class Terminated(BaseException):
     ``except Exception`` in a method swallows it)."""
 
 
-class _Signals:
-    """Turns SIGTERM/SIGINT into :class:`Terminated`, deferred while a write is in progress."""
+class _GuardedWriter(FrameWriter):
+    """A FrameWriter whose writes no signal cuts: :meth:`interrupt`, the SIGTERM/SIGINT handler,
+    raises :class:`Terminated` once the write in progress is done."""
 
-    def __init__(self) -> None:
+    def __init__(self, fd: int) -> None:
+        super().__init__(fd)
         self._writing = False
-        self._pending = False
+        self._signalled = False
 
-    def install(self) -> None:
-        signal.signal(signal.SIGTERM, self._handle)
-        signal.signal(signal.SIGINT, self._handle)
-
-    def _handle(self, signum: int, frame: object) -> None:
+    def interrupt(self, signum: int, frame: object) -> None:
+        """Leave the serving loop (raise :class:`Terminated`), after the write in progress."""
         # A second signal during the same write means the write is stuck (the client does
         # not read): leave at once rather than never.
-        if self._writing and not self._pending:
-            self._pending = True
+        if self._writing and not self._signalled:
+            self._signalled = True
         else:
             raise Terminated
 
-    @contextmanager
-    def uninterrupted(self) -> Iterator[None]:
-        """Defer termination until the block is done."""
+    def flush(self) -> None:
         self._writing = True
         try:
-            yield
+            super().flush()
         finally:
             self._writing = False
-        if self._pending:
+        if self._signalled:
             raise Terminated
-
-
-class _GuardedWriter(FrameWriter):
-    def __init__(self, fd: int, signals: _Signals) -> None:
-        super().__init__(fd)
-        self._signals = signals
-
-    def flush(self) -> None:
-        with self._signals.uninterrupted():
-            super().flush()
 
 
 class Tracer:
@@ -145,14 +131,14 @@ def serve(
 ) -> int:
     """Serve JSON-RPC on stdin/stdout until the end of input, ``shutdown`` or SIGTERM; return 0
     (1 when reading or writing fails other than by the client going away)."""
-    signals = _Signals()
-    signals.install()
+    writer = _GuardedWriter(_protect_stdout())
+    signal.signal(signal.SIGTERM, writer.interrupt)
+    signal.signal(signal.SIGINT, writer.interrupt)
     memory.keep_freed_memory()  # no page faults for every call's arrays
     skip_pydantic_plugin_discovery()
     limits = limits or ServerLimits()
     state = State(limits=limits)
     protocol = Protocol(state, debug_methods)
-    writer = _GuardedWriter(_protect_stdout(), signals)
     enlarge_pipe(in_fd)  # big requests arrive in a few reads, not dozens
     reader = FrameReader(in_fd, limits.max_message_bytes, before_wait=writer.flush)
     tracer = Tracer(trace) if trace is not None else None
