@@ -144,24 +144,16 @@ def _unwrapped(annotation: Any) -> Any:
     return annotation
 
 
-def _tag_of(annotation: Any) -> str | None:
-    """The union tag (``Tag``) an annotation carries, if any."""
-    while get_origin(annotation) is Annotated:
-        annotation, *extra = get_args(annotation)
-        for item in extra:
-            if type(item).__name__ == "Tag":
-                return item.tag
-    return None
-
-
 @functools.cache
 def _entry_struct(member: Any) -> type[msgspec.Struct]:
-    """``[method, args...]`` as an array-like struct tagged by its first element; the args named as
-    :data:`bridge.models.MUTATION_ARGS` names them (those of the single call)."""
-    method, *args = get_args(_unwrapped(member))
+    """``[method, args...]`` (a mutation, tagged ``"<mode> <method>"``) as an array-like struct
+    tagged by its first element; the args named as :data:`bridge.models.MUTATION_ARGS` names them
+    (those of the single call)."""
+    entry, *notes = get_args(member)  # Annotated flattens: the tuple, then all its metadata
+    method, *args = get_args(entry)
     (name,) = get_args(method)
-    names = m.MUTATION_ARGS.get(_tag_of(member), [f"arg{i}" for i in range(len(args))])
-    fields = [(arg_name, wire_type(arg)) for arg_name, arg in zip(names, args)]
+    (tag,) = (note.tag for note in notes if type(note).__name__ == "Tag")
+    fields = [(arg_name, wire_type(arg)) for arg_name, arg in zip(m.MUTATION_ARGS[tag], args)]
     return _defstruct(name, fields, array_like=True, tag=name, forbid_unknown_fields=True)
 
 
