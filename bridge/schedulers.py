@@ -19,7 +19,7 @@ from ..core.scheduler import score_migrations
 from . import models as m
 from . import wire
 from .errors import MutationError, ParamsError, UnknownHandleError, shorten
-from .limits import ServerLimits, how_to_raise
+from .limits import ServerLimits
 from .registry import MethodSpec, Variant, both, on_scheduler, stateless
 
 
@@ -289,9 +289,7 @@ def _stage_candidates(state: State, p: Any) -> int:
     part = scheduler.candidate_batch(_candidates(p))
     staging = staged if p.append and staged is not None else Staging()
     rows = sum(map(len, staging.parts)) + len(part)
-    if rows > state.limits.max_candidates:
-        problem = f"{rows} staged expanded candidates exceed the limit of {state.limits.max_candidates} per call"
-        raise ParamsError([("candidates", f"{problem} ({how_to_raise('max_candidates')})")])
+    wire.at_most(state.limits, "max_candidates", rows, "candidates", "staged expanded candidates")
     staging.parts.append(part)
     staging.count += len(p.candidates)
     state.staged[p.scheduler] = staging

@@ -510,22 +510,26 @@ def _member(record: Any, name: str) -> Any:
     return record.get(name) if type(record) is dict else getattr(record, name, None)
 
 
+def at_most(limits: Any, name: str, count: int, loc: str, what: str) -> None:
+    """Refuse ``count`` ``what`` (field ``loc``) over limit ``name`` of ``limits`` (a ServerLimits):
+    ParamsError naming the field, the count, the limit and how to raise it."""
+    limit = getattr(limits, name)
+    if count > limit:
+        raise ParamsError([(loc, f"{count} {what} exceed the limit of {limit} per call ({how_to_raise(name)})")])
+
+
 def check_call_sizes(params: Any, limits: Any) -> None:
-    """Refuse a call whose ``usage`` or ``candidates`` exceed ``limits`` (a ServerLimits):
-    ParamsError naming the field, the count, the limit and how to raise it. ``params``: decoded
-    JSON (before the models spend time and memory on it) or a struct. Counts list lengths only."""
-
-    def at_most(count: int, loc: str, what: str, name: str) -> None:
-        limit = getattr(limits, name)
-        if count > limit:
-            raise ParamsError([(loc, f"{count} {what} exceed the limit of {limit} per call ({how_to_raise(name)})")])
-
+    """Refuse a call whose ``usage`` or ``candidates`` exceed ``limits`` (:func:`at_most`).
+    ``params``: decoded JSON (before the models spend time and memory on it) or a struct. Counts
+    list lengths only."""
     usage, candidates = _member(params, "usage"), _member(params, "candidates")
     if usage is not None:
         nodes, resources = _member(usage, "nodes"), _member(usage, "resources")
-        at_most(len(nodes) if type(nodes) is list else 0, "usage.nodes", "nodes", "max_nodes")
-        at_most(len(resources) if type(resources) is list else 0, "usage.resources", "resources", "max_resources")
+        at_most(limits, "max_nodes", len(nodes) if type(nodes) is list else 0, "usage.nodes", "nodes")
+        at_most(
+            limits, "max_resources", len(resources) if type(resources) is list else 0, "usage.resources", "resources"
+        )
     if type(candidates) is list and candidates:
         expanded, members = candidate_counts(candidates)
-        at_most(expanded, "candidates", "expanded candidates", "max_candidates")
-        at_most(members, "candidates", "bundle members", "max_resources")
+        at_most(limits, "max_candidates", expanded, "candidates", "expanded candidates")
+        at_most(limits, "max_resources", members, "candidates", "bundle members")
