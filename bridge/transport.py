@@ -121,9 +121,8 @@ class FrameReader:
                 self._pos = end + 1
                 return line
             searched = len(self._buf) - self._pos
-            if skipped or searched > self._max:
-                skipped, searched = skipped + searched, 0
-                self._consume_all()
+            if skipped or searched > self._max:  # consumed: _fill drops it
+                skipped, searched, self._pos = skipped + searched, 0, len(self._buf)
             if self._eof:
                 if skipped or self._pos == len(self._buf):
                     return Frame(NDJSON, None, skipped) if skipped else None
@@ -155,22 +154,15 @@ class FrameReader:
         return Frame(CONTENT_LENGTH, body, len(body))
 
     def _skip_bytes(self, count: int) -> None:
-        while count > 0:
-            available = len(self._buf) - self._pos
-            if available == 0:
-                if self._eof:
-                    return
-                self._fill()
-                continue
-            step = min(available, count)
+        while True:
+            step = min(len(self._buf) - self._pos, count)
             self._pos += step
             count -= step
+            if count == 0 or self._eof:
+                return
+            self._fill()
 
     # -- input ----------------------------------------------------------------------------
-
-    def _consume_all(self) -> None:
-        self._buf.clear()
-        self._pos = 0
 
     def _fill(self) -> None:
         if self._pos:
