@@ -256,6 +256,16 @@ def depth(kind: Any) -> int:
 REFUSED = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
 
 
+def _first(decoders: Iterable[msgspec.json.Decoder], data: bytes) -> Any:
+    """``data`` decoded by the first of ``decoders`` that takes it; None if every one refuses it."""
+    for decoder in decoders:
+        try:
+            return decoder.decode(data)
+        except REFUSED:
+            continue
+    return None
+
+
 class ParamsDecoder:
     """The params of one model: decoded strictly from JSON, or else validated by the models."""
 
@@ -271,12 +281,8 @@ class ParamsDecoder:
 
     def decode(self, params: bytes) -> Any:
         """``params`` (JSON) as a struct, or None if the strict decoder refuses them."""
-        for decoder in self._decoders:
-            try:
-                return self.checked(decoder.decode(params))
-            except REFUSED:
-                continue
-        return None
+        struct = _first(self._decoders, params)
+        return None if struct is None else self.checked(struct)
 
     def checked(self, params: Any) -> Any:
         """``params`` (a struct) once the checks left after decoding pass it, else None: the model's
@@ -357,12 +363,8 @@ class MessageDecoder:
         or cannot tell it within ``max_depth`` (the models then decide)."""
         if max_depth < self.depth:
             return None
-        for decoder in self._decoders:
-            try:
-                return decoder.decode(message)
-            except REFUSED:
-                continue
-        return self._request_by_request(message)
+        decoded = _first(self._decoders, message)
+        return self._request_by_request(message) if decoded is None else decoded
 
     def _request_by_request(self, message: bytes) -> list | None:
         """A batch that no one decoder takes whole, its requests' params of kinds no one decoder
@@ -372,17 +374,8 @@ class MessageDecoder:
             raws = self._batch.decode(message)
         except REFUSED:
             return None
-        requests = []
-        for raw in raws:
-            for decoder in self._requests:
-                try:
-                    requests.append(decoder.decode(raw))
-                    break
-                except REFUSED:
-                    continue
-            else:
-                return None
-        return requests
+        requests = [_first(self._requests, raw) for raw in raws]
+        return None if None in requests else requests
 
 
 # -- engine values --------------------------------------------------------------------------------
