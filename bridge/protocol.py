@@ -109,14 +109,12 @@ def request_problem(request: Any) -> str | None:
     return None
 
 
+#: The JSON type of each Python type a JSON decoder gives, but dict: an object.
+_JSON_TYPES = {type(None): "null", bool: "boolean", int: "number", float: "number", str: "string", list: "array"}
+
+
 def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    return {str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)
+    return _JSON_TYPES.get(type(value), "object")
 
 
 def error_response(code: int, message: str) -> dict:
