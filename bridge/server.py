@@ -74,22 +74,17 @@ class _GuardedWriter(FrameWriter):
             raise Terminated
 
 
-class Tracer:
-    """Writes every request and response with its duration (ms) to ``stream``."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self._stream = stream
-
-    def record(self, frame: Frame, answer: bytes | None, seconds: float, spent: dict[str, float] | None = None) -> None:
-        """Write ``frame`` and its ``answer`` (None: none), taking ``seconds`` in all, with the
-        seconds ``spent`` per phase (see :mod:`bridge.phases`) in brackets when given."""
-        stamp = time.strftime("%H:%M:%S")
-        request = "<over the size limit>" if frame.body is None else frame.body.decode("utf-8", "replace")
-        response = "(no response)" if answer is None else answer.decode("utf-8", "replace")
-        split = f"[{', '.join(f'{p} {s * 1000:.3f}' for p, s in spent.items())}] " if spent else ""
-        self._stream.write(f"{stamp} --> [{frame.framing}] {request}\n")
-        self._stream.write(f"{stamp} <-- {seconds * 1000:.3f} ms {split}{response}\n")
-        self._stream.flush()
+def _trace(trace: IO[str], frame: Frame, answer: bytes | None, seconds: float, spent: dict[str, float]) -> None:
+    """Write ``frame`` and its ``answer`` (None: none) to the stream ``trace``: taking ``seconds``
+    in all, with the seconds ``spent`` per phase (see :mod:`bridge.phases`) in brackets if any
+    (both written in ms)."""
+    stamp = time.strftime("%H:%M:%S")
+    request = "<over the size limit>" if frame.body is None else frame.body.decode("utf-8", "replace")
+    response = "(no response)" if answer is None else answer.decode("utf-8", "replace")
+    split = f"[{', '.join(f'{p} {s * 1000:.3f}' for p, s in spent.items())}] " if spent else ""
+    trace.write(f"{stamp} --> [{frame.framing}] {request}\n")
+    trace.write(f"{stamp} <-- {seconds * 1000:.3f} ms {split}{response}\n")
+    trace.flush()
 
 
 #: pydantic's plugin loader: imported at the first validation, it imports importlib.metadata to
@@ -141,12 +136,11 @@ def serve(
     protocol = Protocol(state, debug_methods)
     enlarge_pipe(in_fd)  # big requests arrive in a few reads, not dozens
     reader = FrameReader(in_fd, limits.max_message_bytes, before_wait=writer.flush)
-    tracer = Tracer(trace) if trace is not None else None
     # Start-up objects never become garbage; keep them out of every collection.
     gc.freeze()
     try:
         for frame in reader:
-            _answer(frame, protocol, writer, tracer)
+            _answer(frame, protocol, writer, trace)
             if state.shutdown_requested:
                 break
         writer.flush()
@@ -161,9 +155,9 @@ def serve(
     return 0
 
 
-def _answer(frame: Frame, protocol: Protocol, writer: FrameWriter, tracer: Tracer | None) -> None:
+def _answer(frame: Frame, protocol: Protocol, writer: FrameWriter, trace: IO[str] | None) -> None:
     started = time.perf_counter()
-    if tracer is not None:
+    if trace is not None:
         phases.start()
     # A large message decodes into hundreds of thousands of containers, none of them cyclic;
     # collecting while they are built costs more than the work itself, so collect afterwards.
@@ -185,8 +179,8 @@ def _answer(frame: Frame, protocol: Protocol, writer: FrameWriter, tracer: Trace
         # Freed only now, and before collections resume: a collection would walk them all.
         protocol.release()
         gc.enable()
-    if tracer is not None:
-        tracer.record(frame, answer, time.perf_counter() - started, phases.take())
+    if trace is not None:
+        _trace(trace, frame, answer, time.perf_counter() - started, phases.take())
 
 
 def _flush_quietly(writer: FrameWriter) -> None:
