@@ -6,7 +6,7 @@ the order ``rpc.discover`` lists it.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, get_args
 
 from ..core import DEFAULT_FORMULA, CandidateBatch, Scheduler
 from ..core.limits import MAX_BYTES, MAX_CORES
@@ -180,7 +180,7 @@ def _info(state: State, p: Any) -> dict:
             "raw": "crate 2.0.0 (libpve-rs-perl 0.13.0): coefficient of variation of node loads",
         },
         "default_imbalance": DEFAULT_FORMULA,
-        "migration_methods": ["bruteforce", "topsis"],
+        "migration_methods": list(get_args(m.Method)),
         "framings": dict(FRAMINGS),
         "limits": {
             **state.limits.as_dict(),
