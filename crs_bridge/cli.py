@@ -494,7 +494,7 @@ def _cluster_params(args: argparse.Namespace) -> dict:
     if args.kind == "plan":
         _given_options(params, args, ("threshold", "margin", "max_steps", "allow_repeat"))
         return params
-    from .bridge.models import HA_MARGIN, HA_THRESHOLD
+    from .core.verdicts import HA_MARGIN, HA_THRESHOLD
 
     # explain checks as an HA round does unless told otherwise (the RPC method's default is no
     # checks); '--threshold none' turns a check off.
