@@ -117,10 +117,15 @@ def _json_type(value: Any) -> str:
     return _JSON_TYPES.get(type(value), "object")
 
 
-def error_response(code: int, message: str) -> dict:
+#: What the message of an error answered with a null id opens with, by code.
+_TITLES = {PARSE_ERROR: "Parse error", INVALID_REQUEST: "Invalid request", INTERNAL_ERROR: "Internal error"}
+
+
+def error_response(code: int, detail: str) -> dict:
     """A JSON-RPC error response object to a message that names no request it could be the answer
-    to (not JSON, not a request, too big, or failing the server itself): id null, no data."""
-    return {"jsonrpc": "2.0", "error": {"code": code, "message": message}, "id": None}
+    to (not JSON, not a request, too big, or failing the server itself): id null, no data, the
+    message the code's title and ``detail``."""
+    return {"jsonrpc": "2.0", "error": {"code": code, "message": f"{_TITLES[code]}: {detail}"}, "id": None}
 
 
 def error_for(exc: Exception) -> tuple[int, str, Any]:
@@ -263,15 +268,15 @@ class Protocol:
             try:
                 self._decoded = decoded = _with_exact_integers(message, decode_json(message, max_depth))
             except orjson.JSONDecodeError as exc:
-                return self.encode(error_response(PARSE_ERROR, f"Parse error: {exc}"))
+                return self.encode(error_response(PARSE_ERROR, str(exc)))
             except TooDeep as exc:
                 problem = f"JSON nested deeper than the limit of {exc} levels ({how_to_raise('max_json_depth')})"
-                return self.encode(error_response(INVALID_REQUEST, f"Invalid request: {problem}"))
+                return self.encode(error_response(INVALID_REQUEST, problem))
         if phases.timing:
             phases.mark("decode")
         if type(decoded) is list:
             if not decoded:
-                return self.encode(error_response(INVALID_REQUEST, "Invalid request: empty batch"))
+                return self.encode(error_response(INVALID_REQUEST, "empty batch"))
             answers = [a for a in map(self._answer, decoded) if a is not None]
             return self.encode(answers) if answers else None
         answer = self._answer(decoded)
@@ -284,13 +289,8 @@ class Protocol:
     def oversize(self, size: int) -> bytes:
         """The answer to a message of ``size`` bytes over the limit (it was not read)."""
         limit = self.state.limits.max_message_bytes
-        return self.encode(
-            error_response(
-                INVALID_REQUEST,
-                f"Invalid request: message of {size} bytes exceeds the limit of {limit} bytes "
-                f"({how_to_raise('max_message_bytes')})",
-            )
-        )
+        problem = f"message of {size} bytes exceeds the limit of {limit} bytes ({how_to_raise('max_message_bytes')})"
+        return self.encode(error_response(INVALID_REQUEST, problem))
 
     @staticmethod
     def encode(response: Any) -> bytes:
@@ -312,7 +312,7 @@ class Protocol:
         if not isinstance(request, msgspec.Struct):
             problem = request_problem(request)
             if problem is not None:
-                return error_response(INVALID_REQUEST, f"Invalid request: {problem}")
+                return error_response(INVALID_REQUEST, problem)
             envelope = {key: value for key, value in request.items() if key != "params"}
             params = request.get("params", {})
         else:

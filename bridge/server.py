@@ -169,7 +169,7 @@ def _answer(frame: Frame, protocol: Protocol, writer: FrameWriter, trace: IO[str
                 phases.mark("encode")
         except Exception as exc:  # a bug outside any method (methods' own are answered by the protocol)
             log.error("internal error handling a message (a bug in crs-bridge)", exc_info=exc)
-            reply = error_response(INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {shorten(exc, 500)}")
+            reply = error_response(INTERNAL_ERROR, f"{type(exc).__name__}: {shorten(exc, 500)}")
             answer = protocol.encode(reply)
         if answer is not None:
             writer.write(frame.framing, answer)
