@@ -41,9 +41,9 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from ..core import verdicts as v
 from ..core.imbalance import DEFAULT_FORMULA
 from ..core.limits import MAX_BYTES, MAX_CORES
+from ..core.verdicts import EXPLAIN_REASONS, HA_MARGIN, HA_THRESHOLD, PLAN_MAX_STEPS, STOP_REASONS
 
 # -- scalar types ---------------------------------------------------------------------------
 
@@ -656,9 +656,9 @@ class BridgeInfo(Result):
 # -- rebalance plan and explanations (params and results) -----------------------------------
 
 #: Why a plan stopped (``stop-reason``).
-StopReason = Literal[v.STOP_REASONS]
+StopReason = Literal[STOP_REASONS]
 #: Why an explanation's choice would move (``migrate``) or not.
-ExplainReason = Literal[v.MIGRATE, v.THRESHOLD_REACHED, v.NO_CANDIDATES, v.NO_IMPROVEMENT, v.MARGIN_NOT_REACHED]
+ExplainReason = Literal[EXPLAIN_REASONS]
 
 #: How many choices to explain: an integer >= 1.
 ExplainLimit = Annotated[int, Field(ge=1), BeforeValidator(_integral_float_to_int)]
@@ -676,9 +676,9 @@ class PlanParams(ClusterParams):
     candidates: InParts(CompactCandidate) = Field(description=_PLAN_CANDIDATES)
     method: Method = "bruteforce"
     imbalance: Formula | None = _IMBALANCE
-    threshold: Fraction = Field(default=v.HA_THRESHOLD, description=_THRESHOLD)
-    margin: Fraction = Field(default=v.HA_MARGIN, description=_MARGIN)
-    max_steps: Count | None = Field(default=v.PLAN_MAX_STEPS, description=_MAX_STEPS)
+    threshold: Fraction = Field(default=HA_THRESHOLD, description=_THRESHOLD)
+    margin: Fraction = Field(default=HA_MARGIN, description=_MARGIN)
+    max_steps: Count | None = Field(default=PLAN_MAX_STEPS, description=_MAX_STEPS)
     allow_repeat: bool = Field(default=False, description=_ALLOW_REPEAT)
 
 
@@ -688,9 +688,9 @@ class SchedulerPlanParams(SchedulerParams):
 
     candidates: InParts(CompactCandidate) = Field(description=_PLAN_CANDIDATES)
     method: Method = "bruteforce"
-    threshold: Fraction = Field(default=v.HA_THRESHOLD, description=_THRESHOLD)
-    margin: Fraction = Field(default=v.HA_MARGIN, description=_MARGIN)
-    max_steps: Count | None = Field(default=v.PLAN_MAX_STEPS, description=_MAX_STEPS)
+    threshold: Fraction = Field(default=HA_THRESHOLD, description=_THRESHOLD)
+    margin: Fraction = Field(default=HA_MARGIN, description=_MARGIN)
+    max_steps: Count | None = Field(default=PLAN_MAX_STEPS, description=_MAX_STEPS)
     allow_repeat: bool = Field(default=False, description=_ALLOW_REPEAT)
 
 

@@ -10,6 +10,8 @@ THRESHOLD_REACHED = "threshold-reached"
 NO_CANDIDATES = "no-candidates"
 NO_IMPROVEMENT = "no-improvement"
 MARGIN_NOT_REACHED = "margin-not-reached"
+#: What an explanation concludes: MIGRATE, or why nothing would move.
+EXPLAIN_REASONS = (MIGRATE, THRESHOLD_REACHED, NO_CANDIDATES, NO_IMPROVEMENT, MARGIN_NOT_REACHED)
 
 #: Why a plan ends: the reasons above that stop a round, and the step limit.
 MAX_STEPS = "max-steps"
