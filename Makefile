@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 # An editable install runs from the sources: compile them once, so that a server start does not
 # (PYTHONDONTWRITEBYTECODE, set on some machines, would otherwise make every start recompile).
 bytecode:
-	$(PY) -m compileall -q core bridge >/dev/null
+	$(PY) -m compileall -q core bridge crs_bridge >/dev/null
 
 # What HA's next round would do on a sample cluster and why, in words; then the scorer's answer as JSON.
 demo: setup

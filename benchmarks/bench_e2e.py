@@ -334,10 +334,11 @@ def traced_phases(requests: dict[str, bytes]) -> dict[str, dict[str, str]]:
 
 
 def compile_sources(tree: Path) -> None:
-    """Compile a source tree's ``core`` and ``bridge`` to bytecode: with PYTHONDONTWRITEBYTECODE
-    set (as on some machines), sources changed since their bytecode, or a fresh ``git worktree``,
-    would be compiled again at every start of the server and inflate its start-up time."""
-    sources = [str(tree / "core"), str(tree / "bridge")]
+    """Compile a source tree's ``core``, ``bridge`` and ``crs_bridge`` (the command that starts the
+    server) to bytecode: with PYTHONDONTWRITEBYTECODE set (as on some machines), sources changed
+    since their bytecode, or a fresh ``git worktree``, would be compiled again at every start of
+    the server and inflate its start-up time."""
+    sources = [str(tree / "core"), str(tree / "bridge"), str(tree / "crs_bridge")]
     subprocess.run([sys.executable, "-m", "compileall", "-q", *sources], check=True, stdout=subprocess.DEVNULL)
 
 

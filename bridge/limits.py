@@ -1,8 +1,9 @@
 """Server limits: how large one message, one call and one JSON value may be.
 
-Each limit has a default, an environment variable and a flag of ``crs-bridge serve`` (the flag
-wins over the variable); ``bridge.info`` reports the limits in force. Past a limit a request is
-refused with an error that names the limit and how to raise it, and the server goes on serving.
+Each limit has a default, an environment variable and a flag of ``crs-bridge serve`` (named here,
+read by :mod:`crs_bridge.cli`: the flag wins over the variable); ``bridge.info`` reports the
+limits in force. Past a limit a request is refused with an error that names the limit and how to
+raise it, and the server goes on serving.
 
 What the defaults cost (measured with the engine of this release, dynamic mode, 1024 nodes): a
 100 MB request of 775k expanded candidates peaks at about 1.9 GB of memory in the server, one of
@@ -11,8 +12,6 @@ What the defaults cost (measured with the engine of this release, dynamic mode, 
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 from .transport import DEFAULT_MAX_MESSAGE_BYTES
@@ -57,16 +56,6 @@ class ServerLimits:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-#: What each limit bounds, for ``crs-bridge serve --help``.
-HELP = {
-    "max_message_bytes": "refuse larger messages (bytes; -32600)",
-    "max_nodes": "most usage.nodes entries per call (-32602)",
-    "max_resources": "most usage.resources entries, and bundle members, per call (-32602)",
-    "max_candidates": "most expanded candidates per call (-32602)",
-    "max_json_depth": f"deepest JSON nesting per message (-32600; at most {ORJSON_MAX_DEPTH})",
-}
-
-
 def flag(name: str) -> str:
     """The ``crs-bridge serve`` option of limit ``name``: ``max_nodes`` -> ``--max-nodes``."""
     return "--" + name.replace("_", "-")
@@ -80,20 +69,3 @@ def env_var(name: str) -> str:
 def how_to_raise(name: str) -> str:
     """Advice naming the flag and the variable that set limit ``name``."""
     return f"raise it with 'crs-bridge serve {flag(name)} N' or {env_var(name)}=N"
-
-
-def limits_from_env(environ: Mapping[str, str] = os.environ) -> ServerLimits:
-    """Defaults overridden by the ``CRS_BRIDGE_MAX_*`` variables set in ``environ``
-    (ValueError naming the variable for a value that is not a positive integer in range)."""
-    values: dict[str, int] = {}
-    for f in fields(ServerLimits):
-        text = environ.get(env_var(f.name), "").strip()
-        if text:
-            try:
-                values[f.name] = int(text)
-            except ValueError:
-                raise ValueError(f"{env_var(f.name)} must be a positive integer, got {text!r}") from None
-    try:
-        return ServerLimits(**values)
-    except ValueError as exc:
-        raise ValueError(f"{exc} (from the environment)") from None

@@ -43,7 +43,7 @@ from pydantic_core import PydanticCustomError
 
 from ..core.imbalance import DEFAULT_FORMULA
 from ..core.limits import MAX_BYTES, MAX_CORES
-from ..core.verdicts import MARGIN_NOT_REACHED, MIGRATE, NO_CANDIDATES, NO_IMPROVEMENT, STOP_REASONS, THRESHOLD_REACHED
+from ..core.verdicts import EXPLAIN_REASONS, HA_MARGIN, HA_THRESHOLD, PLAN_MAX_STEPS, STOP_REASONS
 
 # -- scalar types ---------------------------------------------------------------------------
 
@@ -655,17 +655,10 @@ class BridgeInfo(Result):
 
 # -- rebalance plan and explanations (params and results) -----------------------------------
 
-#: The HA manager's defaults for auto-rebalancing (ha-manager.md 7.4): act above this imbalance...
-HA_THRESHOLD = 0.3
-#: ...and only for a relative improvement of at least this much.
-HA_MARGIN = 0.1
-#: The planner's default step limit.
-PLAN_MAX_STEPS = 10
-
 #: Why a plan stopped (``stop-reason``).
 StopReason = Literal[STOP_REASONS]
 #: Why an explanation's choice would move (``migrate``) or not.
-ExplainReason = Literal[MIGRATE, THRESHOLD_REACHED, NO_CANDIDATES, NO_IMPROVEMENT, MARGIN_NOT_REACHED]
+ExplainReason = Literal[EXPLAIN_REASONS]
 
 #: How many choices to explain: an integer >= 1.
 ExplainLimit = Annotated[int, Field(ge=1), BeforeValidator(_integral_float_to_int)]

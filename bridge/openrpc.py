@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from .protocol import INVALID_PARAMS, METHOD_NOT_FOUND, SCHEDULING_ERROR, UNKNOWN_HANDLE
 from .registry import ANY_MODE, MethodSpec
 
 OPENRPC_VERSION = "1.3.2"
@@ -25,12 +26,15 @@ _REF = "#/components/schemas/{model}"
 
 ERRORS = {
     "InvalidParams": {
-        "code": -32602,
+        "code": INVALID_PARAMS,
         "message": "params fail validation: names each bad field; data.errors = [{loc, msg}]",
     },
-    "SchedulingError": {"code": -32000, "message": "a scheduling error, with upstream's exact text"},
-    "UnknownHandle": {"code": -32001, "message": "unknown or freed scheduler handle (named)"},
-    "MethodUnavailable": {"code": -32601, "message": "the scheduler's mode has no such method (method and mode named)"},
+    "SchedulingError": {"code": SCHEDULING_ERROR, "message": "a scheduling error, with upstream's exact text"},
+    "UnknownHandle": {"code": UNKNOWN_HANDLE, "message": "unknown or freed scheduler handle (named)"},
+    "MethodUnavailable": {
+        "code": METHOD_NOT_FOUND,
+        "message": "the scheduler's mode has no such method (method and mode named)",
+    },
 }
 
 

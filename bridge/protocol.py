@@ -109,22 +109,23 @@ def request_problem(request: Any) -> str | None:
     return None
 
 
+#: The JSON type of each Python type a JSON decoder gives, but dict: an object.
+_JSON_TYPES = {type(None): "null", bool: "boolean", int: "number", float: "number", str: "string", list: "array"}
+
+
 def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    return {str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)
+    return _JSON_TYPES.get(type(value), "object")
 
 
-def error_response(code: int, message: str, data: Any = None, ident: Any = None) -> dict:
-    """A JSON-RPC error response object (``data`` left out when None)."""
-    error: dict[str, Any] = {"code": code, "message": message}
-    if data is not None:
-        error["data"] = data
-    return {"jsonrpc": "2.0", "error": error, "id": ident}
+#: What the message of an error answered with a null id opens with, by code.
+_TITLES = {PARSE_ERROR: "Parse error", INVALID_REQUEST: "Invalid request", INTERNAL_ERROR: "Internal error"}
+
+
+def error_response(code: int, detail: str) -> dict:
+    """A JSON-RPC error response object to a message that names no request it could be the answer
+    to (not JSON, not a request, too big, or failing the server itself): id null, no data, the
+    message the code's title and ``detail``."""
+    return {"jsonrpc": "2.0", "error": {"code": code, "message": f"{_TITLES[code]}: {detail}"}, "id": None}
 
 
 def error_for(exc: Exception) -> tuple[int, str, Any]:
@@ -177,23 +178,16 @@ def decode_json(message: bytes, max_depth: int) -> Any:
     more brackets than ``max_depth`` cannot be that deep and are decoded as they are. Raises
     orjson.JSONDecodeError for invalid JSON, with the position in ``message`` itself.
     """
-    pad = ORJSON_MAX_DEPTH - max_depth
     # A big message has more brackets than any depth limit: counting them (some 10 ms for 16 MB)
     # would only delay the padded decode.
     few_brackets = len(message) <= _COUNT_BRACKETS_UP_TO and message.count(b"[") + message.count(b"{") <= max_depth
-    if pad == 0 or few_brackets:
-        try:
-            return orjson.loads(message)
-        except orjson.JSONDecodeError as exc:
-            if "depth limit" in str(exc):
-                raise TooDeep(max_depth) from None
-            raise
+    pad = 0 if few_brackets else ORJSON_MAX_DEPTH - max_depth
     try:
-        value = orjson.loads(b"".join((b"[" * pad, message, b"]" * pad)))
+        value = orjson.loads(b"".join((b"[" * pad, message, b"]" * pad)) if pad else message)
     except orjson.JSONDecodeError as exc:
         if "depth limit" in str(exc):
             raise TooDeep(max_depth) from None
-        return orjson.loads(message)  # raises again, with the position in the message itself
+        return orjson.loads(message)  # raises again (padded: with the position in the message itself)
     for _ in range(pad):
         # A single element at every level, else the padding paired up with brackets of an
         # invalid message (``1],[2``): decode it alone to raise its own error.
@@ -221,7 +215,7 @@ def _with_exact_integers(message: bytes, decoded: Any) -> Any:
 # -- the protocol ---------------------------------------------------------------------------------
 
 
-_CONTEXT_ONLY = inspect.Signature([inspect.Parameter("params", inspect.Parameter.POSITIONAL_ONLY)])
+_CONTEXT_ONLY = inspect.Signature([inspect.Parameter("call", inspect.Parameter.POSITIONAL_ONLY)])
 
 
 class _Methods(dict):
@@ -230,7 +224,7 @@ class _Methods(dict):
 
     def __missing__(self, name: str) -> Any:
         shown = shorten(name)
-        return lambda params: Error(METHOD_NOT_FOUND, f"Method not found: '{shown}'", shown)
+        return lambda call: Error(METHOD_NOT_FOUND, f"Method not found: '{shown}'", shown)
 
 
 class Protocol:
@@ -242,7 +236,14 @@ class Protocol:
         state.methods = {spec.name: spec for spec in stateless.METHODS}
         if debug_methods:
             state.methods[stateless.DEBUG_RAISE.name] = stateless.DEBUG_RAISE
-        self._methods = _Methods({name: self._method(name) for name in state.methods})
+
+        def invoke(call: tuple[str, Any]) -> Any:  # jsonrpcserver's context: (name, params)
+            return self._invoke(*call)
+
+        # jsonrpcserver binds the call's arguments to the method's signature, which it computes
+        # anew for every call unless one is given (a third of a small call's time).
+        invoke.__signature__ = _CONTEXT_ONLY
+        self._methods = _Methods(dict.fromkeys(state.methods, invoke))
         self._params = {
             (variant.params, spec.positional): ParamsDecoder(variant.params, spec.positional)
             for spec in state.methods.values()
@@ -250,15 +251,6 @@ class Protocol:
         }
         self._messages = MessageDecoder({spec.name: self._kinds(spec) for spec in state.methods.values()})
         self._decoded: Any = None
-
-    def _method(self, name: str) -> Any:
-        def method(params: Any) -> Any:  # jsonrpcserver calls it with the params as its context
-            return self._invoke(name, params)
-
-        # jsonrpcserver binds the call's arguments to the method's signature, which it computes
-        # anew for every call unless one is given (a third of a small call's time).
-        method.__signature__ = _CONTEXT_ONLY
-        return method
 
     def _kinds(self, spec: MethodSpec) -> list[Any]:
         models = dict.fromkeys(variant.params for variant in spec.variants.values())
@@ -276,15 +268,15 @@ class Protocol:
             try:
                 self._decoded = decoded = _with_exact_integers(message, decode_json(message, max_depth))
             except orjson.JSONDecodeError as exc:
-                return self.encode(error_response(PARSE_ERROR, f"Parse error: {exc}"))
+                return self.encode(error_response(PARSE_ERROR, str(exc)))
             except TooDeep as exc:
                 problem = f"JSON nested deeper than the limit of {exc} levels ({how_to_raise('max_json_depth')})"
-                return self.encode(error_response(INVALID_REQUEST, f"Invalid request: {problem}"))
+                return self.encode(error_response(INVALID_REQUEST, problem))
         if phases.timing:
             phases.mark("decode")
         if type(decoded) is list:
             if not decoded:
-                return self.encode(error_response(INVALID_REQUEST, "Invalid request: empty batch"))
+                return self.encode(error_response(INVALID_REQUEST, "empty batch"))
             answers = [a for a in map(self._answer, decoded) if a is not None]
             return self.encode(answers) if answers else None
         answer = self._answer(decoded)
@@ -297,13 +289,8 @@ class Protocol:
     def oversize(self, size: int) -> bytes:
         """The answer to a message of ``size`` bytes over the limit (it was not read)."""
         limit = self.state.limits.max_message_bytes
-        return self.encode(
-            error_response(
-                INVALID_REQUEST,
-                f"Invalid request: message of {size} bytes exceeds the limit of {limit} bytes "
-                f"({how_to_raise('max_message_bytes')})",
-            )
-        )
+        problem = f"message of {size} bytes exceeds the limit of {limit} bytes ({how_to_raise('max_message_bytes')})"
+        return self.encode(error_response(INVALID_REQUEST, problem))
 
     @staticmethod
     def encode(response: Any) -> bytes:
@@ -321,11 +308,11 @@ class Protocol:
             return json.dumps(response, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
     def _answer(self, request: Any) -> dict | None:
-        """Dispatch one request, a struct or decoded JSON, with its params as the context."""
+        """Dispatch one request, a struct or decoded JSON, with its method and params as the context."""
         if not isinstance(request, msgspec.Struct):
             problem = request_problem(request)
             if problem is not None:
-                return error_response(INVALID_REQUEST, f"Invalid request: {problem}")
+                return error_response(INVALID_REQUEST, problem)
             envelope = {key: value for key, value in request.items() if key != "params"}
             params = request.get("params", {})
         else:
@@ -337,7 +324,7 @@ class Protocol:
             deserializer=_as_it_is,
             validator=_as_it_is,
             post_process=_response.to_serializable_one,
-            context=params,
+            context=(envelope["method"], params),
             methods=self._methods,
             request=envelope,
         )

@@ -19,7 +19,7 @@ from ..core.scheduler import score_migrations
 from . import models as m
 from . import wire
 from .errors import MutationError, ParamsError, UnknownHandleError, shorten
-from .limits import ServerLimits, how_to_raise
+from .limits import ServerLimits
 from .registry import MethodSpec, Variant, both, on_scheduler, stateless
 
 
@@ -71,6 +71,10 @@ class State:
 # -- mutations: one call each, or many at once ------------------------------------------------
 
 
+#: mode -> the mutation that adds a resource (what a round sends by the thousand), and its record param.
+_ADDS = {"static": ("add_service", "service"), "dynamic": ("add_resource", "resource")}
+
+
 def _add(method: str, record: str) -> Callable[[Any, Any], None]:
     """The mutator of ``add_service``/``add_resource``, whose resource is the param ``record``."""
 
@@ -87,7 +91,7 @@ MUTATORS: dict[str, dict[str, Callable[[Any, Any], None]]] = {
     "static": {
         "add_node": lambda s, a: s.add_node(a.nodename, a.maxcpu, a.maxmem),
         "remove_node": lambda s, a: s.remove_node(a.nodename),
-        "add_service": _add("add_service", "service"),
+        "add_service": _add(*_ADDS["static"]),
         "add_service_usage_to_node": lambda s, a: s.add_service_usage_to_node(
             a.nodename, a.sid, wire.resource_stats(a.service_stats)
         ),
@@ -96,13 +100,10 @@ MUTATORS: dict[str, dict[str, Callable[[Any, Any], None]]] = {
     "dynamic": {
         "add_node": lambda s, a: s.add_node(a.nodename, wire.node_stats(a.stats)),
         "remove_node": lambda s, a: s.remove_node(a.nodename),
-        "add_resource": _add("add_resource", "resource"),
+        "add_resource": _add(*_ADDS["dynamic"]),
         "remove_resource": lambda s, a: s.remove_resource(a.sid),
     },
 }
-
-#: mode -> the mutation that adds a resource (what a round sends by the thousand).
-_ADDS = {"static": ("add_service", "service"), "dynamic": ("add_resource", "resource")}
 
 
 def _method(entry: Any) -> str:
@@ -288,9 +289,7 @@ def _stage_candidates(state: State, p: Any) -> int:
     part = scheduler.candidate_batch(_candidates(p))
     staging = staged if p.append and staged is not None else Staging()
     rows = sum(map(len, staging.parts)) + len(part)
-    if rows > state.limits.max_candidates:
-        problem = f"{rows} staged expanded candidates exceed the limit of {state.limits.max_candidates} per call"
-        raise ParamsError([("candidates", f"{problem} ({how_to_raise('max_candidates')})")])
+    wire.at_most(state.limits, "max_candidates", rows, "candidates", "staged expanded candidates")
     staging.parts.append(part)
     staging.count += len(p.candidates)
     state.staged[p.scheduler] = staging

@@ -23,8 +23,7 @@ import signal
 import sys
 import time
 import types
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from typing import IO
 
 from . import memory, phases
@@ -47,63 +46,45 @@ class Terminated(BaseException):
     ``except Exception`` in a method swallows it)."""
 
 
-class _Signals:
-    """Turns SIGTERM/SIGINT into :class:`Terminated`, deferred while a write is in progress."""
+class _GuardedWriter(FrameWriter):
+    """A FrameWriter whose writes no signal cuts: :meth:`interrupt`, the SIGTERM/SIGINT handler,
+    raises :class:`Terminated` once the write in progress is done."""
 
-    def __init__(self) -> None:
+    def __init__(self, fd: int) -> None:
+        super().__init__(fd)
         self._writing = False
-        self._pending = False
+        self._signalled = False
 
-    def install(self) -> None:
-        signal.signal(signal.SIGTERM, self._handle)
-        signal.signal(signal.SIGINT, self._handle)
-
-    def _handle(self, signum: int, frame: object) -> None:
+    def interrupt(self, signum: int, frame: object) -> None:
+        """Leave the serving loop (raise :class:`Terminated`), after the write in progress."""
         # A second signal during the same write means the write is stuck (the client does
         # not read): leave at once rather than never.
-        if self._writing and not self._pending:
-            self._pending = True
+        if self._writing and not self._signalled:
+            self._signalled = True
         else:
             raise Terminated
 
-    @contextmanager
-    def uninterrupted(self) -> Iterator[None]:
-        """Defer termination until the block is done."""
+    def flush(self) -> None:
         self._writing = True
         try:
-            yield
+            super().flush()
         finally:
             self._writing = False
-        if self._pending:
+        if self._signalled:
             raise Terminated
 
 
-class _GuardedWriter(FrameWriter):
-    def __init__(self, fd: int, signals: _Signals) -> None:
-        super().__init__(fd)
-        self._signals = signals
-
-    def flush(self) -> None:
-        with self._signals.uninterrupted():
-            super().flush()
-
-
-class Tracer:
-    """Writes every request and response with its duration (ms) to ``stream``."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self._stream = stream
-
-    def record(self, frame: Frame, answer: bytes | None, seconds: float, spent: dict[str, float] | None = None) -> None:
-        """Write ``frame`` and its ``answer`` (None: none), taking ``seconds`` in all, with the
-        seconds ``spent`` per phase (see :mod:`bridge.phases`) in brackets when given."""
-        stamp = time.strftime("%H:%M:%S")
-        request = "<over the size limit>" if frame.body is None else frame.body.decode("utf-8", "replace")
-        response = "(no response)" if answer is None else answer.decode("utf-8", "replace")
-        split = f"[{', '.join(f'{p} {s * 1000:.3f}' for p, s in spent.items())}] " if spent else ""
-        self._stream.write(f"{stamp} --> [{frame.framing}] {request}\n")
-        self._stream.write(f"{stamp} <-- {seconds * 1000:.3f} ms {split}{response}\n")
-        self._stream.flush()
+def _trace(trace: IO[str], frame: Frame, answer: bytes | None, seconds: float, spent: dict[str, float]) -> None:
+    """Write ``frame`` and its ``answer`` (None: none) to the stream ``trace``: taking ``seconds``
+    in all, with the seconds ``spent`` per phase (see :mod:`bridge.phases`) in brackets if any
+    (both written in ms)."""
+    stamp = time.strftime("%H:%M:%S")
+    request = "<over the size limit>" if frame.body is None else frame.body.decode("utf-8", "replace")
+    response = "(no response)" if answer is None else answer.decode("utf-8", "replace")
+    split = f"[{', '.join(f'{p} {s * 1000:.3f}' for p, s in spent.items())}] " if spent else ""
+    trace.write(f"{stamp} --> [{frame.framing}] {request}\n")
+    trace.write(f"{stamp} <-- {seconds * 1000:.3f} ms {split}{response}\n")
+    trace.flush()
 
 
 #: pydantic's plugin loader: imported at the first validation, it imports importlib.metadata to
@@ -145,22 +126,21 @@ def serve(
 ) -> int:
     """Serve JSON-RPC on stdin/stdout until the end of input, ``shutdown`` or SIGTERM; return 0
     (1 when reading or writing fails other than by the client going away)."""
-    signals = _Signals()
-    signals.install()
+    writer = _GuardedWriter(_protect_stdout())
+    signal.signal(signal.SIGTERM, writer.interrupt)
+    signal.signal(signal.SIGINT, writer.interrupt)
     memory.keep_freed_memory()  # no page faults for every call's arrays
     skip_pydantic_plugin_discovery()
     limits = limits or ServerLimits()
     state = State(limits=limits)
     protocol = Protocol(state, debug_methods)
-    writer = _GuardedWriter(_protect_stdout(), signals)
     enlarge_pipe(in_fd)  # big requests arrive in a few reads, not dozens
     reader = FrameReader(in_fd, limits.max_message_bytes, before_wait=writer.flush)
-    tracer = Tracer(trace) if trace is not None else None
     # Start-up objects never become garbage; keep them out of every collection.
     gc.freeze()
     try:
         for frame in reader:
-            _answer(frame, protocol, writer, tracer)
+            _answer(frame, protocol, writer, trace)
             if state.shutdown_requested:
                 break
         writer.flush()
@@ -175,9 +155,9 @@ def serve(
     return 0
 
 
-def _answer(frame: Frame, protocol: Protocol, writer: FrameWriter, tracer: Tracer | None) -> None:
+def _answer(frame: Frame, protocol: Protocol, writer: FrameWriter, trace: IO[str] | None) -> None:
     started = time.perf_counter()
-    if tracer is not None:
+    if trace is not None:
         phases.start()
     # A large message decodes into hundreds of thousands of containers, none of them cyclic;
     # collecting while they are built costs more than the work itself, so collect afterwards.
@@ -189,7 +169,7 @@ def _answer(frame: Frame, protocol: Protocol, writer: FrameWriter, tracer: Trace
                 phases.mark("encode")
         except Exception as exc:  # a bug outside any method (methods' own are answered by the protocol)
             log.error("internal error handling a message (a bug in crs-bridge)", exc_info=exc)
-            reply = error_response(INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {shorten(exc, 500)}")
+            reply = error_response(INTERNAL_ERROR, f"{type(exc).__name__}: {shorten(exc, 500)}")
             answer = protocol.encode(reply)
         if answer is not None:
             writer.write(frame.framing, answer)
@@ -199,8 +179,8 @@ def _answer(frame: Frame, protocol: Protocol, writer: FrameWriter, tracer: Trace
         # Freed only now, and before collections resume: a collection would walk them all.
         protocol.release()
         gc.enable()
-    if tracer is not None:
-        tracer.record(frame, answer, time.perf_counter() - started, phases.take())
+    if trace is not None:
+        _trace(trace, frame, answer, time.perf_counter() - started, phases.take())
 
 
 def _flush_quietly(writer: FrameWriter) -> None:

@@ -6,9 +6,9 @@ the order ``rpc.discover`` lists it.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, get_args
 
-from ..core import DEFAULT_FORMULA, Scheduler
+from ..core import DEFAULT_FORMULA, CandidateBatch, Scheduler
 from ..core.limits import MAX_BYTES, MAX_CORES
 from ..core.scheduler import calculate_node_imbalance, score_migrations, score_nodes_to_start, select_best_migration
 from . import UPSTREAM, __version__, phases, schedulers, wire
@@ -33,23 +33,28 @@ def _cluster(state: State, params: Any) -> Scheduler:
     return wire.snapshot_scheduler(params.usage, getattr(params, "imbalance", None) or DEFAULT_FORMULA)
 
 
-def _score_migrations(state: State, p: Any) -> list[dict]:
+def _batch(state: State, p: Any) -> tuple[CandidateBatch, str]:
+    """A balancing call's candidates expanded on its cluster, and the formula to score them with:
+    one way for scoring, selecting and explaining, so that their numbers agree to the last bit."""
     scheduler = _cluster(state, p)
     if phases.timing:
         phases.mark("snapshot")
     batch = scheduler.candidate_batch(wire.candidate_columns(p.candidates))
     if phases.timing:
         phases.mark("candidates")
-    scored = scored_list(score_migrations(batch, p.limit, p.method, p.imbalance or scheduler.formula))
+    return batch, p.imbalance or scheduler.formula
+
+
+def _score_migrations(state: State, p: Any) -> list[dict]:
+    batch, formula = _batch(state, p)
+    scored = scored_list(score_migrations(batch, p.limit, p.method, formula))
     if phases.timing:
         phases.mark("score")
     return scored
 
 
 def _select_migration(state: State, p: Any) -> dict | None:
-    scheduler = _cluster(state, p)
-    batch = scheduler.candidate_batch(wire.candidate_columns(p.candidates))
-    formula = p.imbalance or scheduler.formula
+    batch, formula = _batch(state, p)
     return scored_or_none(select_best_migration(batch, p.method, formula, p.imbalance_threshold))
 
 
@@ -128,10 +133,7 @@ def _plan_rebalance(state: State, p: Any) -> dict:
 def _explain_migrations(state: State, p: Any) -> dict:
     from ..core.explain import explain_batch  # loaded on first use, as in core/__init__.py
 
-    # Built as _score_migrations builds its batch, so the numbers agree to the last bit.
-    scheduler = _cluster(state, p)
-    batch = scheduler.candidate_batch(wire.candidate_columns(p.candidates))
-    formula = p.imbalance or scheduler.formula
+    batch, formula = _batch(state, p)
     return explain_batch(
         batch, p.method, formula, p.limit, wire.unsigned(p.threshold), wire.unsigned(p.margin)
     ).to_wire()
@@ -178,7 +180,7 @@ def _info(state: State, p: Any) -> dict:
             "raw": "crate 2.0.0 (libpve-rs-perl 0.13.0): coefficient of variation of node loads",
         },
         "default_imbalance": DEFAULT_FORMULA,
-        "migration_methods": ["bruteforce", "topsis"],
+        "migration_methods": list(get_args(m.Method)),
         "framings": dict(FRAMINGS),
         "limits": {
             **state.limits.as_dict(),

@@ -110,39 +110,26 @@ class FrameReader:
     def _line(self) -> bytes | Frame | None:
         """The next line without its ``\\n``; a Frame if it was over the limit; None at the end."""
         searched = 0  # bytes after _pos known to hold no newline (_fill moves _pos, not this)
+        skipped = 0  # bytes of a line over the limit, dropped as they arrived
         while True:
             end = self._buf.find(b"\n", self._pos + searched)
             if end >= 0:
-                if end - self._pos > self._max:
-                    size, self._pos = end - self._pos, end + 1
+                if skipped + end - self._pos > self._max:
+                    size, self._pos = skipped + end - self._pos, end + 1
                     return Frame(NDJSON, None, size)
                 line = bytes(memoryview(self._buf)[self._pos : end])  # one copy, not two
                 self._pos = end + 1
                 return line
             searched = len(self._buf) - self._pos
-            if searched > self._max:
-                return self._skip_long_line()
+            if skipped or searched > self._max:  # consumed: _fill drops it
+                skipped, searched, self._pos = skipped + searched, 0, len(self._buf)
             if self._eof:
-                if self._pos == len(self._buf):
-                    return None
+                if skipped or self._pos == len(self._buf):
+                    return Frame(NDJSON, None, skipped) if skipped else None
                 line = bytes(self._buf[self._pos :])
                 self._pos = len(self._buf)
                 return line
             self._fill()
-
-    def _skip_long_line(self) -> Frame:
-        size = len(self._buf) - self._pos
-        self._consume_all()
-        while not self._eof:
-            self._fill()
-            end = self._buf.find(b"\n")
-            if end >= 0:
-                size += end
-                self._pos = end + 1
-                return Frame(NDJSON, None, size)
-            size += len(self._buf)
-            self._consume_all()
-        return Frame(NDJSON, None, size)
 
     # -- Content-Length -------------------------------------------------------------------
 
@@ -167,22 +154,15 @@ class FrameReader:
         return Frame(CONTENT_LENGTH, body, len(body))
 
     def _skip_bytes(self, count: int) -> None:
-        while count > 0:
-            available = len(self._buf) - self._pos
-            if available == 0:
-                if self._eof:
-                    return
-                self._fill()
-                continue
-            step = min(available, count)
+        while True:
+            step = min(len(self._buf) - self._pos, count)
             self._pos += step
             count -= step
+            if count == 0 or self._eof:
+                return
+            self._fill()
 
     # -- input ----------------------------------------------------------------------------
-
-    def _consume_all(self) -> None:
-        self._buf.clear()
-        self._pos = 0
 
     def _fill(self) -> None:
         if self._pos:

@@ -144,24 +144,16 @@ def _unwrapped(annotation: Any) -> Any:
     return annotation
 
 
-def _tag_of(annotation: Any) -> str | None:
-    """The union tag (``Tag``) an annotation carries, if any."""
-    while get_origin(annotation) is Annotated:
-        annotation, *extra = get_args(annotation)
-        for item in extra:
-            if type(item).__name__ == "Tag":
-                return item.tag
-    return None
-
-
 @functools.cache
 def _entry_struct(member: Any) -> type[msgspec.Struct]:
-    """``[method, args...]`` as an array-like struct tagged by its first element; the args named as
-    :data:`bridge.models.MUTATION_ARGS` names them (those of the single call)."""
-    method, *args = get_args(_unwrapped(member))
+    """``[method, args...]`` (a mutation, tagged ``"<mode> <method>"``) as an array-like struct
+    tagged by its first element; the args named as :data:`bridge.models.MUTATION_ARGS` names them
+    (those of the single call)."""
+    entry, *notes = get_args(member)  # Annotated flattens: the tuple, then all its metadata
+    method, *args = get_args(entry)
     (name,) = get_args(method)
-    names = m.MUTATION_ARGS.get(_tag_of(member), [f"arg{i}" for i in range(len(args))])
-    fields = [(arg_name, wire_type(arg)) for arg_name, arg in zip(names, args)]
+    (tag,) = (note.tag for note in notes if type(note).__name__ == "Tag")
+    fields = [(arg_name, wire_type(arg)) for arg_name, arg in zip(m.MUTATION_ARGS[tag], args)]
     return _defstruct(name, fields, array_like=True, tag=name, forbid_unknown_fields=True)
 
 
@@ -264,6 +256,16 @@ def depth(kind: Any) -> int:
 REFUSED = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
 
 
+def _first(decoders: Iterable[msgspec.json.Decoder], data: bytes) -> Any:
+    """``data`` decoded by the first of ``decoders`` that takes it; None if every one refuses it."""
+    for decoder in decoders:
+        try:
+            return decoder.decode(data)
+        except REFUSED:
+            continue
+    return None
+
+
 class ParamsDecoder:
     """The params of one model: decoded strictly from JSON, or else validated by the models."""
 
@@ -279,12 +281,8 @@ class ParamsDecoder:
 
     def decode(self, params: bytes) -> Any:
         """``params`` (JSON) as a struct, or None if the strict decoder refuses them."""
-        for decoder in self._decoders:
-            try:
-                return self.checked(decoder.decode(params))
-            except REFUSED:
-                continue
-        return None
+        struct = _first(self._decoders, params)
+        return None if struct is None else self.checked(struct)
 
     def checked(self, params: Any) -> Any:
         """``params`` (a struct) once the checks left after decoding pass it, else None: the model's
@@ -365,12 +363,8 @@ class MessageDecoder:
         or cannot tell it within ``max_depth`` (the models then decide)."""
         if max_depth < self.depth:
             return None
-        for decoder in self._decoders:
-            try:
-                return decoder.decode(message)
-            except REFUSED:
-                continue
-        return self._request_by_request(message)
+        decoded = _first(self._decoders, message)
+        return self._request_by_request(message) if decoded is None else decoded
 
     def _request_by_request(self, message: bytes) -> list | None:
         """A batch that no one decoder takes whole, its requests' params of kinds no one decoder
@@ -380,17 +374,8 @@ class MessageDecoder:
             raws = self._batch.decode(message)
         except REFUSED:
             return None
-        requests = []
-        for raw in raws:
-            for decoder in self._requests:
-                try:
-                    requests.append(decoder.decode(raw))
-                    break
-                except REFUSED:
-                    continue
-            else:
-                return None
-        return requests
+        requests = [_first(self._requests, raw) for raw in raws]
+        return None if None in requests else requests
 
 
 # -- engine values --------------------------------------------------------------------------------
@@ -518,22 +503,26 @@ def _member(record: Any, name: str) -> Any:
     return record.get(name) if type(record) is dict else getattr(record, name, None)
 
 
+def at_most(limits: Any, name: str, count: int, loc: str, what: str) -> None:
+    """Refuse ``count`` ``what`` (field ``loc``) over limit ``name`` of ``limits`` (a ServerLimits):
+    ParamsError naming the field, the count, the limit and how to raise it."""
+    limit = getattr(limits, name)
+    if count > limit:
+        raise ParamsError([(loc, f"{count} {what} exceed the limit of {limit} per call ({how_to_raise(name)})")])
+
+
 def check_call_sizes(params: Any, limits: Any) -> None:
-    """Refuse a call whose ``usage`` or ``candidates`` exceed ``limits`` (a ServerLimits):
-    ParamsError naming the field, the count, the limit and how to raise it. ``params``: decoded
-    JSON (before the models spend time and memory on it) or a struct. Counts list lengths only."""
-
-    def at_most(count: int, loc: str, what: str, name: str) -> None:
-        limit = getattr(limits, name)
-        if count > limit:
-            raise ParamsError([(loc, f"{count} {what} exceed the limit of {limit} per call ({how_to_raise(name)})")])
-
+    """Refuse a call whose ``usage`` or ``candidates`` exceed ``limits`` (:func:`at_most`).
+    ``params``: decoded JSON (before the models spend time and memory on it) or a struct. Counts
+    list lengths only."""
     usage, candidates = _member(params, "usage"), _member(params, "candidates")
     if usage is not None:
         nodes, resources = _member(usage, "nodes"), _member(usage, "resources")
-        at_most(len(nodes) if type(nodes) is list else 0, "usage.nodes", "nodes", "max_nodes")
-        at_most(len(resources) if type(resources) is list else 0, "usage.resources", "resources", "max_resources")
+        at_most(limits, "max_nodes", len(nodes) if type(nodes) is list else 0, "usage.nodes", "nodes")
+        at_most(
+            limits, "max_resources", len(resources) if type(resources) is list else 0, "usage.resources", "resources"
+        )
     if type(candidates) is list and candidates:
         expanded, members = candidate_counts(candidates)
-        at_most(expanded, "candidates", "expanded candidates", "max_candidates")
-        at_most(members, "candidates", "bundle members", "max_resources")
+        at_most(limits, "max_candidates", expanded, "candidates", "expanded candidates")
+        at_most(limits, "max_resources", members, "candidates", "bundle members")

@@ -19,7 +19,7 @@ from .modes import Scheduler
 from .scheduler import Method, calculate_node_imbalance, check_method
 from .stats import NodeStats, add_running, remove_running
 from .usage import Resource, Usage
-from .verdicts import MAX_STEPS, NO_IMPROVEMENT
+from .verdicts import HA_MARGIN, HA_THRESHOLD, MAX_STEPS, NO_IMPROVEMENT, PLAN_MAX_STEPS
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +86,9 @@ def plan_rebalance(
     scheduler: Scheduler,
     candidates: Sequence[CompactCandidate],
     method: Method = "bruteforce",
-    threshold: float = 0.3,
-    margin: float = 0.1,
-    max_steps: int | None = 10,
+    threshold: float = HA_THRESHOLD,
+    margin: float = HA_MARGIN,
+    max_steps: int | None = PLAN_MAX_STEPS,
     allow_repeat: bool = False,
 ) -> RebalancePlan:
     """Plan rebalancing moves on a copy of ``scheduler``'s cluster until one HA check says stop.

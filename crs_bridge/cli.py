@@ -3,8 +3,8 @@
 ``crs-bridge serve [--trace FILE|-] [--log-target auto|stderr|syslog] [--client-pid PID]``
     Serve JSON-RPC 2.0 on stdin/stdout (see :mod:`bridge.server` for framing and exit rules).
     Logs go to stderr, or to syslog when stderr is closed or /dev/null (or always, with
-    ``--log-target syslog``; see :mod:`bridge.logsink`). With ``--client-pid`` every log line
-    names the client, and the server exits once that process is gone (:mod:`bridge.lifeline`).
+    ``--log-target syslog``; see :mod:`crs_bridge.logsink`). With ``--client-pid`` every log line
+    names the client, and the server exits once that process is gone (:mod:`crs_bridge.lifeline`).
 ``crs-bridge call METHOD [PARAMS]``
     Start a server, send one request, print the answer. PARAMS is inline JSON or ``@file``
     (``@-``: standard input). The result is pretty-printed on stdout (exit 0); an error is
@@ -42,14 +42,23 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
 
 from . import doctor
 from .bridge import __version__
-from .bridge.limits import HELP, ServerLimits, env_var, flag, limits_from_env
+from .bridge.limits import ORJSON_MAX_DEPTH, ServerLimits, env_var, flag
+
+#: What each limit bounds, for ``crs-bridge serve --help``.
+_LIMITS_HELP = {
+    "max_message_bytes": "refuse larger messages (bytes; -32600)",
+    "max_nodes": "most usage.nodes entries per call (-32602)",
+    "max_resources": "most usage.resources entries, and bundle members, per call (-32602)",
+    "max_candidates": "most expanded candidates per call (-32602)",
+    "max_json_depth": f"deepest JSON nesting per message (-32600; at most {ORJSON_MAX_DEPTH})",
+}
 
 _LOG_PREFIX = "crs-bridge[%(process)d] "  # syslog's ident says this itself
 _LOG_MESSAGE = "%(levelname)s: %(message)s"
@@ -77,7 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     _common_options(serve)
     for name, default in ServerLimits().as_dict().items():
         serve.add_argument(
-            flag(name), type=int, metavar="N", help=f"{HELP[name]}; default {default}, or ${env_var(name)}"
+            flag(name), type=int, metavar="N", help=f"{_LIMITS_HELP[name]}; default {default}, or ${env_var(name)}"
         )
     serve.add_argument(
         "--log-target",
@@ -125,7 +134,7 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .bridge import logsink
+    from . import logsink
     from .bridge.server import Terminated, serve
 
     try:
@@ -141,7 +150,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         try:
             if args.client_pid is not None:
-                from .bridge import lifeline
+                from . import lifeline
 
                 # Until serve() installs its own handler, the watch's SIGTERM (a client gone
                 # already, or during the start) must end the server as cleanly: caught below.
@@ -167,7 +176,7 @@ def _terminate_start(signum: int, frame: object) -> None:
 
 def _serve_log_format(sink: object, client_pid: int | None) -> str:
     """The server's log line format: syslog's ident already names crs-bridge and its pid."""
-    from .bridge.logsink import SyslogSink
+    from .logsink import SyslogSink
 
     client = "" if client_pid is None else f"[client {client_pid}] "
     return ("" if isinstance(sink, SyslogSink) else _LOG_PREFIX) + client + _LOG_MESSAGE
@@ -177,6 +186,23 @@ def _limits(args: argparse.Namespace) -> ServerLimits:
     """The environment's limits (CRS_BRIDGE_MAX_*), overridden by the command line's."""
     given = {name: getattr(args, name) for name in ServerLimits().as_dict() if getattr(args, name) is not None}
     return dataclasses.replace(limits_from_env(), **given)
+
+
+def limits_from_env(environ: Mapping[str, str] = os.environ) -> ServerLimits:
+    """Defaults overridden by the ``CRS_BRIDGE_MAX_*`` variables set in ``environ``
+    (ValueError naming the variable for a value that is not a positive integer in range)."""
+    values: dict[str, int] = {}
+    for name in ServerLimits().as_dict():
+        text = environ.get(env_var(name), "").strip()
+        if text:
+            try:
+                values[name] = int(text)
+            except ValueError:
+                raise ValueError(f"{env_var(name)} must be a positive integer, got {text!r}") from None
+    try:
+        return ServerLimits(**values)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (from the environment)") from None
 
 
 def _call(args: argparse.Namespace) -> int:
@@ -468,7 +494,7 @@ def _cluster_params(args: argparse.Namespace) -> dict:
     if args.kind == "plan":
         _given_options(params, args, ("threshold", "margin", "max_steps", "allow_repeat"))
         return params
-    from .bridge.models import HA_MARGIN, HA_THRESHOLD
+    from .core.verdicts import HA_MARGIN, HA_THRESHOLD
 
     # explain checks as an HA round does unless told otherwise (the RPC method's default is no
     # checks); '--threshold none' turns a check off.

@@ -118,7 +118,7 @@ def test_unknown_method_is_named(bridge):
 
 
 def test_internal_error_is_logged_and_the_server_keeps_serving():
-    """The server logs from a writer thread of its own (bridge.logsink), whenever that runs: its
+    """The server logs from a writer thread of its own (crs_bridge.logsink), whenever that runs: its
     stderr is read until the record has arrived, each read waiting for data (the wait is bounded
     only so that a missing record fails the test instead of hanging it)."""
     command = [sys.executable, "-m", "crs_bridge", "serve", "--debug-methods"]

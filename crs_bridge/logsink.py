@@ -44,7 +44,7 @@ class StderrSink:
     """A text stream whose ``write`` never blocks: what is written reaches file descriptor
     ``fd`` from a background thread, in order, unless the queue was full (then dropped, and
     counted by the next write that gets through). Usable as the trace stream of
-    :class:`bridge.server.Tracer`. Subclasses deliver elsewhere by overriding :meth:`_deliver`."""
+    :func:`bridge.server.serve`. Subclasses deliver elsewhere by overriding :meth:`_deliver`."""
 
     def __init__(self, fd: int = 2, capacity: int = QUEUE_CAPACITY, max_chars: int = MAX_WRITE_CHARS) -> None:
         self._fd = fd
