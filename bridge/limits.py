@@ -20,21 +20,28 @@ from .transport import DEFAULT_MAX_MESSAGE_BYTES
 ORJSON_MAX_DEPTH = 1024
 
 
+#: What each limit of :class:`ServerLimits` bounds: ``bridge.info``'s schema and ``crs-bridge serve
+#: --help`` say it in these words.
+LIMITS = {
+    "max_message_bytes": "larger messages are answered with -32600",
+    "max_nodes": "most entries of usage.nodes in one call (more: -32602)",
+    "max_resources": "most entries of usage.resources, and most bundle members over all candidates, in one call",
+    "max_candidates": "most expanded candidates in one call (a bundle counts once per target)",
+    "max_json_depth": "deepest nesting of arrays and objects in one message (more: -32600)",
+}
+
+
 @dataclass(frozen=True)
 class ServerLimits:
-    """The limits one server enforces (all counts per message or per call, never per session).
-
-    ``max_message_bytes``: one framed message body (bytes); larger ones get -32600 and are skipped
-    without being held in memory. ``max_nodes``: entries of ``usage.nodes``. ``max_resources``:
-    entries of ``usage.resources``, and separately the bundle members summed over a call's
-    compact candidates. ``max_candidates``: expanded candidates of a call (a compact bundle counts
-    once per target node). ``max_json_depth``: nesting of arrays and objects in one message (a
-    batch adds one level; valid requests nest at most 7 deep), at most :data:`ORJSON_MAX_DEPTH`.
+    """The limits one server enforces (all counts per message or per call, never per session;
+    what each bounds: :data:`LIMITS`). A message over ``max_message_bytes`` is skipped without
+    being held in memory.
 
     The default depth is orjson's own limit, enforced in C while decoding, at no cost; nothing
-    in the server walks input deeper than its schema, so no depth reaches Python's recursion
-    limit. A lower depth is checked by the parser too, at a cost of about 0.1 ms for each
-    message with more brackets than the limit (see :func:`bridge.protocol.decode_json`).
+    in the server walks input deeper than its schema (valid requests nest at most 7 deep, a batch
+    adds one level), so no depth reaches Python's recursion limit. A lower depth is checked by
+    the parser too, at a cost of about 0.1 ms for each message with more brackets than the limit
+    (see :func:`bridge.protocol.decode_json`).
     """
 
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES

@@ -44,6 +44,7 @@ from pydantic_core import PydanticCustomError
 from ..core.imbalance import DEFAULT_FORMULA
 from ..core.limits import MAX_BYTES, MAX_CORES
 from ..core.verdicts import EXPLAIN_REASONS, HA_MARGIN, HA_THRESHOLD, PLAN_MAX_STEPS, STOP_REASONS
+from .limits import LIMITS
 
 # -- scalar types ---------------------------------------------------------------------------
 
@@ -627,13 +628,11 @@ class Upstream(Result):
 class Limits(Result):
     """Limits the server enforces."""
 
-    max_message_bytes: int = Field(description="larger messages are answered with -32600")
-    max_nodes: int = Field(description="most entries of usage.nodes in one call (more: -32602)")
-    max_resources: int = Field(
-        description="most entries of usage.resources, and most bundle members over all candidates, in one call"
-    )
-    max_candidates: int = Field(description="most expanded candidates in one call (a bundle counts once per target)")
-    max_json_depth: int = Field(description="deepest nesting of arrays and objects in one message (more: -32600)")
+    max_message_bytes: int = Field(description=LIMITS["max_message_bytes"])
+    max_nodes: int = Field(description=LIMITS["max_nodes"])
+    max_resources: int = Field(description=LIMITS["max_resources"])
+    max_candidates: int = Field(description=LIMITS["max_candidates"])
+    max_json_depth: int = Field(description=LIMITS["max_json_depth"])
     max_bytes: int = Field(description="largest byte count accepted (mem, maxmem)")
     max_cores: float = Field(description="largest core count accepted (cpu, maxcpu)")
     max_error_details: int = Field(description="at most this many entries in an error's data.errors")

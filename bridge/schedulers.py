@@ -156,21 +156,6 @@ def _single_call(method: str, summary: str) -> MethodSpec:
     return on_scheduler(method, summary, None, **modes)
 
 
-def scored_list(scored: list) -> list[dict]:
-    """Scored migrations as the wire gives them (a ScoredList)."""
-    return [s.to_wire() for s in scored]
-
-
-def scored_or_none(scored: Any) -> dict | None:
-    """One scored migration, or None, as the wire gives it (a ScoredOrNone)."""
-    return None if scored is None else scored.to_wire()
-
-
-def start_scores(scores: list[tuple[str, float]]) -> list[list]:
-    """``(node, score)`` pairs as the wire gives them: ``[node, score]`` lists."""
-    return [[name, score] for name, score in scores]
-
-
 def _candidates(p: Any) -> Any:
     return wire.candidate_columns(p.candidates)
 
@@ -228,7 +213,7 @@ STATEFUL = [
         ScoredList,
         **both(
             m.ScoreCandidatesParams,
-            lambda s, p: scored_list(s.score_best_balancing_migration_candidates(_candidates(p), p.limit)),
+            lambda s, p: wire.scored_list(s.score_best_balancing_migration_candidates(_candidates(p), p.limit)),
         ),
     ),
     on_scheduler(
@@ -237,7 +222,7 @@ STATEFUL = [
         ScoredList,
         **both(
             m.ScoreCandidatesParams,
-            lambda s, p: scored_list(s.score_best_balancing_migration_candidates_topsis(_candidates(p), p.limit)),
+            lambda s, p: wire.scored_list(s.score_best_balancing_migration_candidates_topsis(_candidates(p), p.limit)),
         ),
     ),
     on_scheduler(
@@ -246,7 +231,7 @@ STATEFUL = [
         list[m.StartScore],
         static=(
             m.StartServiceParams,
-            lambda s, p: start_scores(s.score_nodes_to_start_service(wire.resource_stats(p.service_stats))),
+            lambda s, p: wire.start_scores(s.score_nodes_to_start_service(wire.resource_stats(p.service_stats))),
         ),
     ),
     on_scheduler(
@@ -255,7 +240,7 @@ STATEFUL = [
         list[m.StartScore],
         dynamic=(
             m.StartResourceParams,
-            lambda s, p: start_scores(s.score_nodes_to_start_resource(wire.resource_stats(p.resource_stats))),
+            lambda s, p: wire.start_scores(s.score_nodes_to_start_resource(wire.resource_stats(p.resource_stats))),
         ),
     ),
     on_scheduler(
@@ -265,7 +250,7 @@ STATEFUL = [
         ScoredOrNone,
         **both(
             m.SelectCandidatesParams,
-            lambda s, p: scored_or_none(s.select_best_balancing_migration(_candidates(p), p.imbalance_threshold)),
+            lambda s, p: wire.scored_or_none(s.select_best_balancing_migration(_candidates(p), p.imbalance_threshold)),
         ),
     ),
     on_scheduler(
@@ -274,7 +259,7 @@ STATEFUL = [
         ScoredOrNone,
         **both(
             m.SelectTopsisParams,
-            lambda s, p: scored_or_none(s.select_best_balancing_migration_topsis(_candidates(p))),
+            lambda s, p: wire.scored_or_none(s.select_best_balancing_migration_topsis(_candidates(p))),
         ),
     ),
 ]
@@ -303,7 +288,7 @@ def _score_staged(state: State, p: Any) -> list[dict]:
         problem = f"{staging.count} candidates are staged, not {p.count} (a failed or lost staging: stage them again)"
         raise ParamsError([("count", problem)])
     batch = concat_batches(staging.parts) if staging.parts else scheduler.candidate_batch([])
-    return scored_list(score_migrations(batch, p.limit, p.method, scheduler.formula))
+    return wire.scored_list(score_migrations(batch, p.limit, p.method, scheduler.formula))
 
 
 def _staging(name: str, summary: str, result: Any, model: type[m.Params], run: Callable) -> MethodSpec:

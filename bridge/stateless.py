@@ -15,7 +15,7 @@ from . import UPSTREAM, __version__, phases, schedulers, wire
 from . import models as m
 from .errors import MAX_ERROR_DETAILS
 from .registry import MethodSpec, both, on_scheduler, stateless
-from .schedulers import ScoredList, ScoredOrNone, State, scored_list, scored_or_none, start_scores
+from .schedulers import ScoredList, ScoredOrNone, State
 
 FRAMINGS = {
     "ndjson": "one JSON message per line, ended by \\n (default)",
@@ -47,7 +47,7 @@ def _batch(state: State, p: Any) -> tuple[CandidateBatch, str]:
 
 def _score_migrations(state: State, p: Any) -> list[dict]:
     batch, formula = _batch(state, p)
-    scored = scored_list(score_migrations(batch, p.limit, p.method, formula))
+    scored = wire.scored_list(score_migrations(batch, p.limit, p.method, formula))
     if phases.timing:
         phases.mark("score")
     return scored
@@ -55,7 +55,7 @@ def _score_migrations(state: State, p: Any) -> list[dict]:
 
 def _select_migration(state: State, p: Any) -> dict | None:
     batch, formula = _batch(state, p)
-    return scored_or_none(select_best_migration(batch, p.method, formula, p.imbalance_threshold))
+    return wire.scored_or_none(select_best_migration(batch, p.method, formula, p.imbalance_threshold))
 
 
 def _node_imbalance(state: State, p: Any) -> float:
@@ -66,7 +66,7 @@ def _node_imbalance(state: State, p: Any) -> float:
 def _start_scores(state: State, p: Any) -> list[list]:
     scheduler = _cluster(state, p)
     stats = wire.start_stats(p.stats, scheduler.mode)
-    return start_scores(score_nodes_to_start(scheduler.view(scheduler.start_view), stats))
+    return wire.start_scores(score_nodes_to_start(scheduler.view(scheduler.start_view), stats))
 
 
 HEADLINE = [

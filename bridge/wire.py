@@ -1,5 +1,5 @@
 """The wire records: typed structs generated from :mod:`bridge.models`, the strict decoder of whole
-messages made of them, and the engine values of the records.
+messages made of them, the engine values of the records, and the engine's results in wire form.
 
 The pydantic models are the one declaration of every wire shape. From each model this module
 generates a msgspec struct with the model's field names, wire names (aliases), types, bounds and
@@ -378,7 +378,7 @@ class MessageDecoder:
         return None if None in requests else requests
 
 
-# -- engine values --------------------------------------------------------------------------------
+# -- engine values, and the engine's results as the wire gives them ----------------------------
 
 StaticStats, DynamicStats = struct_of(m.StaticStats), struct_of(m.DynamicStats)
 Candidate, Bundle = struct_of(m.Candidate), struct_of(m.CompactCandidate)
@@ -439,6 +439,21 @@ def snapshot_scheduler(usage: Any, formula: str) -> Scheduler:
         scheduler.usage.add_node(node.name, stats)
     scheduler.usage.add_resources([(res.sid, placed(res)) for res in usage.resources])
     return scheduler
+
+
+def scored_list(scored: list) -> list[dict]:
+    """Scored migrations as the wire gives them (a ScoredList)."""
+    return [s.to_wire() for s in scored]
+
+
+def scored_or_none(scored: Any) -> dict | None:
+    """One scored migration, or None, as the wire gives it (a ScoredOrNone)."""
+    return None if scored is None else scored.to_wire()
+
+
+def start_scores(scores: list[tuple[str, float]]) -> list[list]:
+    """``(node, score)`` pairs as the wire gives them: ``[node, score]`` lists."""
+    return [[name, score] for name, score in scores]
 
 
 _SID, _SOURCE, _TARGET, _STATS = map(attrgetter, ("sid", "source_node", "target_node", "stats"))

@@ -49,16 +49,7 @@ import orjson
 
 from . import doctor
 from .bridge import __version__
-from .bridge.limits import ORJSON_MAX_DEPTH, ServerLimits, env_var, flag
-
-#: What each limit bounds, for ``crs-bridge serve --help``.
-_LIMITS_HELP = {
-    "max_message_bytes": "refuse larger messages (bytes; -32600)",
-    "max_nodes": "most usage.nodes entries per call (-32602)",
-    "max_resources": "most usage.resources entries, and bundle members, per call (-32602)",
-    "max_candidates": "most expanded candidates per call (-32602)",
-    "max_json_depth": f"deepest JSON nesting per message (-32600; at most {ORJSON_MAX_DEPTH})",
-}
+from .bridge.limits import LIMITS, ServerLimits, env_var, flag
 
 _LOG_PREFIX = "crs-bridge[%(process)d] "  # syslog's ident says this itself
 _LOG_MESSAGE = "%(levelname)s: %(message)s"
@@ -86,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     _common_options(serve)
     for name, default in ServerLimits().as_dict().items():
         serve.add_argument(
-            flag(name), type=int, metavar="N", help=f"{_LIMITS_HELP[name]}; default {default}, or ${env_var(name)}"
+            flag(name), type=int, metavar="N", help=f"{LIMITS[name]}; default {default}, or ${env_var(name)}"
         )
     serve.add_argument(
         "--log-target",
