@@ -92,13 +92,15 @@ sub decode_answer {
     _init() if !$DECODER;
     return $DECODER->decode($_[0]) if $BACKEND ne 'JSON::PP'
         || $_[0] !~ /\A\{"jsonrpc":"2\.0","result":(.*),"id":([1-9][0-9]{0,14})\}\z/s;
-    my ($result, $id) = ($1, 0 + $2);
+    # Captures are untainted: under perl -T, values get the answer's taint back, as JSON::PP's have it.
+    my $taint = substr($_[0], 0, 0);
+    my ($result, $id) = ($1 . $taint, 0 + ($2 . $taint));
     return { jsonrpc => '2.0', result => _number($result), id => $id } if $result =~ $NUMBER_RESULT;
     return $DECODER->decode($_[0]) if $result !~ $SCORED_LIST;
     my @scored;
     while ($result =~ /$SCORED/g) {
-        push @scored,
-            { migration => { sid => $1, 'source-node' => $2, 'target-node' => $3 }, imbalance => _number($4) };
+        push @scored, { migration => { sid => $1 . $taint, 'source-node' => $2 . $taint, 'target-node' => $3 . $taint },
+            imbalance => _number($4 . $taint) };
     }
     return { jsonrpc => '2.0', result => \@scored, id => $id };
 }

@@ -41,9 +41,15 @@ C<raw> by default, as the binding this replaces.
 
 =cut
 
+# The adds' batch: see below, before _state.
+my ($ADDING, $NODES, $KNOWN, $ROOM, $ROOM_AT_OPEN, $PLACED, @ENTRIES, $DUE_AT);
+
 sub _new {
     my $class = shift;
     check_arity('new', [ $class, @_ ], 'class');
+    # create may call the server, whose answers may poison an object: no batch of adds stays open
+    # across it (an add after it reopens one, checking the object's usable).
+    _settle_adds() if $ADDING;
     my $formula = CRSBridge::Config::get('imbalance');
     my $st = { mode => $class->MODE, imbalance => $formula, mirror => CRSBridge::Mirror->new };
     CRSBridge::Connection->instance->create($st);
@@ -58,7 +64,6 @@ sub _new {
 # placements collected (sid -> node, or [current, target]), for the mirror; @ENTRIES: their
 # journal entries not yet journaled, in order, handed over once there are $DUE_AT
 # (Connection::journal_room).
-my ($ADDING, $NODES, $KNOWN, $ROOM, $ROOM_AT_OPEN, $PLACED, @ENTRIES, $DUE_AT);
 
 # The state of a checked invocant (dies like perlmod for anything else). Every method but the
 # adds' common case starts here, so the fast adds collected so far are handed to their owners
@@ -214,6 +219,7 @@ sub _settle_adds {
     $ADDING->{mirror}->add_batch($PLACED, $ROOM_AT_OPEN - $ROOM);
     CRSBridge::Connection::journal_many($ADDING, \@ENTRIES);
     $ADDING = undef;
+    ($NODES, $KNOWN, $PLACED) = ();    # the mirror's hashes go with its object
     return;
 }
 
@@ -457,9 +463,10 @@ sub DESTROY {
     return if ${^GLOBAL_PHASE} eq 'DESTRUCT';
     local ($@, $!, $?);
     my $st = ref $self && $self->{_crs} or return;
+    # Released first: a signal handler that dies below (an alarm) must not leave it live.
+    CRSBridge::Connection->release($st);
     _settle_adds() if ($ADDING // 0) == $st;    # the recorder writes the whole journal
     CRSBridge::Recorder::finish($st) if $st->{rec};
-    CRSBridge::Connection->release($st);
     return;
 }
 
