@@ -114,4 +114,13 @@ subtest 'perl -T: answers read without JSON::PP are tainted as JSON::PP leaves t
     is($said, '1 1 1 1', 'imbalance, scored sid and imbalance tainted like a node score (read by JSON::PP)');
 };
 
+subtest 'an alarm while an answer is decoded dies with the alarm, not as "not JSON" (pre-existing)' => sub {
+    my $usage = cluster();
+    my $die = 1;
+    no warnings 'redefine';
+    my $decode = \&CRSBridge::Connection::decode_answer;
+    local *CRSBridge::Connection::decode_answer = sub { if ($die) { $die = 0; die "got timeout\n" } goto &$decode };
+    is(error_of { $usage->calculate_node_imbalance }, "got timeout\n", "the handler's message");
+};
+
 done_testing();

@@ -546,6 +546,8 @@ sub _await {
             next;
         }
         my $answer = eval { decode_answer($line) };
+        # A die that is not the decoder's (a signal handler's: an alarm) goes on as it is.
+        die $@ if $@ ne '' && $@ !~ /, at character offset \d+/;
         die "crs-bridge: the server sent something that is not JSON: " . substr($line, 0, 200) . "\n"
             if ref $answer ne 'HASH';
         if (defined $answer->{id} && $answer->{id} eq $id) {
