@@ -41,7 +41,13 @@ C<raw> by default, as the binding this replaces.
 
 =cut
 
-# The adds' batch: see below, before _state.
+# The adds' common case collected for their owners (see _resource_adder), of one object at a
+# time, so that nothing else is journaled while they wait. $ADDING: the object's state (undef:
+# none); from Mirror::batch_view, $NODES and $KNOWN (its nodes and resources, to read) and
+# $ROOM (bytes of maxmem left before a memory risk; $ROOM_AT_OPEN: at first); $PLACED: the
+# placements collected (sid -> node, or [current, target]), for the mirror; @ENTRIES: their
+# journal entries not yet journaled, in order, handed over once there are $DUE_AT
+# (Connection::journal_room).
 my ($ADDING, $NODES, $KNOWN, $ROOM, $ROOM_AT_OPEN, $PLACED, @ENTRIES, $DUE_AT);
 
 sub _new {
@@ -56,14 +62,6 @@ sub _new {
     CRSBridge::Recorder::start($st);
     return bless { _crs => $st }, $class;
 }
-
-# The adds' common case collected for their owners (see _resource_adder), of one object at a
-# time, so that nothing else is journaled while they wait. $ADDING: the object's state (undef:
-# none); from Mirror::batch_view, $NODES and $KNOWN (its nodes and resources, to read) and
-# $ROOM (bytes of maxmem left before a memory risk; $ROOM_AT_OPEN: at first); $PLACED: the
-# placements collected (sid -> node, or [current, target]), for the mirror; @ENTRIES: their
-# journal entries not yet journaled, in order, handed over once there are $DUE_AT
-# (Connection::journal_room).
 
 # The state of a checked invocant (dies like perlmod for anything else). Every method but the
 # adds' common case starts here, so the fast adds collected so far are handed to their owners

@@ -1,6 +1,8 @@
 #!/usr/bin/perl
-# Findings of the review of the adds' batch (CRSBridge::Scheduler) and decode_answer
-# (CRSBridge::Codec) at 96dca62: each subtest fails there and states the expected behaviour.
+# The adds' batch (CRSBridge::Scheduler) and the answers read without JSON::PP
+# (CRSBridge::Codec::decode_answer) under what a daemon does to them: alarms whose handler dies,
+# objects dropped or poisoned while adds are collected, perl -T. Each subtest failed before its
+# fix (found in review).
 
 use strict;
 use warnings;
