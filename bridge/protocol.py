@@ -215,7 +215,19 @@ def _with_exact_integers(message: bytes, decoded: Any) -> Any:
 # -- the protocol ---------------------------------------------------------------------------------
 
 
-_CONTEXT_ONLY = inspect.Signature([inspect.Parameter("call", inspect.Parameter.POSITIONAL_ONLY)])
+class _ContextOnly(inspect.Signature):
+    """The signature of the one method jsonrpcserver calls, ``invoke(call)``: jsonrpcserver binds
+    each call's arguments to it only to check them, and always passes the one context (the
+    request it is given carries no params), so that case is answered without inspect's
+    general binding (3.1 us a call, 1.1 this way); any other goes to it."""
+
+    __slots__ = ()
+
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        return None if len(args) == 1 and not kwargs else super().bind(*args, **kwargs)
+
+
+_CONTEXT_ONLY = _ContextOnly([inspect.Parameter("call", inspect.Parameter.POSITIONAL_ONLY)])
 
 
 class _Methods(dict):
