@@ -302,7 +302,8 @@ class ParamsDecoder:
                 decoded = {text: decoder.decode(text) for text in dict.fromkeys(texts)}
             except REFUSED:
                 return None
-            # setattr mapped in C over the records: no Python loop (17 us for 300 records, 12 this way).
+            # setattr mapped in C over the records (any() runs the map to its end: setattr gives
+            # None), not a Python loop: 17 us for 300 records, 12 this way.
             any(map(setattr, records, itertools.repeat(field), map(decoded.__getitem__, texts)))
         return params
 
