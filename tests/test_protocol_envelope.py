@@ -141,3 +141,14 @@ def test_internal_error_is_logged_and_the_server_keeps_serving():
         server.wait(60)
         server.stdout.close()
         server.stderr.close()
+
+
+def test_the_dispatch_signature_binds_exactly_the_one_context():
+    """jsonrpcserver checks each call's arguments against the one method's signature: the one
+    context passes, anything else is refused as inspect refuses it."""
+    from crs_bridge.bridge.protocol import _CONTEXT_ONLY
+
+    _CONTEXT_ONLY.bind(("scheduler.free", {}))
+    for args, kwargs in (((), {}), ((1, 2), {}), ((), {"call": 1}), ((1,), {"extra": 2})):
+        with pytest.raises(TypeError):
+            _CONTEXT_ONLY.bind(*args, **kwargs)
