@@ -393,7 +393,8 @@ def unsigned(value: float | None) -> float | None:
 def resource_stats(stats: Any) -> ResourceStats:
     """Stats of a resource: static (``maxcpu``/``maxmem``, also the running usage) or dynamic."""
     if type(stats) is StaticStats:
-        return ResourceStats(unsigned(stats.maxcpu), unsigned(stats.maxcpu), stats.maxmem, stats.maxmem)
+        cores = unsigned(stats.maxcpu)
+        return ResourceStats(cores, cores, stats.maxmem, stats.maxmem)
     return ResourceStats(unsigned(stats.cpu), unsigned(stats.maxcpu), stats.mem, stats.maxmem)
 
 

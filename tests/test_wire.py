@@ -212,6 +212,32 @@ def test_a_perl_rounds_first_batch_is_decoded_strictly_and_answered_as_by_the_mo
     assert STRICT.handle(batch) == LAX.handle(batch)
 
 
+def _strict_bundles(nodes_texts: list[str]) -> Any:
+    """A score request's bundles with these ``nodes`` JSON texts, decoded strictly and checked
+    (None: refused)."""
+    bundles = ",".join(f'{{"leader":"vm:{i}","resources":["vm:{i}"],"nodes":{t}}}' for i, t in enumerate(nodes_texts))
+    message = (
+        '{"jsonrpc":"2.0","id":1,"method":"scheduler.score_best_balancing_migration_candidates",'
+        f'"params":{{"scheduler":"s1","limit":1,"candidates":[{bundles}]}}}}'
+    ).encode()
+    request = STRICT._messages.decode(message, STRICT.state.limits.max_json_depth)
+    (decoder,) = (d for d in STRICT._params.values() if type(request.params) in d.structs)
+    return decoder.checked(request.params)
+
+
+def test_each_bundle_gets_the_target_list_of_its_own_text():
+    """Target lists kept as JSON text while decoding: each record holds its own text's list,
+    equal texts one shared tuple, whatever bytes the names hold (raw UTF-8, escapes)."""
+    texts = ['["a","b"]', '["b"]', '["a","b"]', '["\u00e4","x\\u0000y"]', '["ä","b\\"c"]', '["b"]']
+    params = _strict_bundles(texts)
+    assert [bundle.nodes for bundle in params.candidates] == [tuple(json.loads(t)) for t in texts]
+    assert params.candidates[0].nodes is params.candidates[2].nodes
+
+
+def test_a_bundle_whose_target_list_is_not_names_is_refused_by_the_strict_decoder():
+    assert _strict_bundles(['["a"]', '["a",1]']) is None
+
+
 def test_a_rule_the_strict_decoder_does_not_know_fails_its_making():
     """A validator added to the models without teaching the strict decoder is an error at start,
     not a rule the fast way skips."""
