@@ -125,4 +125,26 @@ subtest 'an alarm while an answer is decoded dies with the alarm, not as "not JS
     is(error_of { $usage->calculate_node_imbalance }, "got timeout\n", "the handler's message");
 };
 
+subtest 'an alarm while a buffered remove is recorded: the mirror and the journal agree' => sub {
+    my $usage = cluster();
+    $usage->add_service('vm:1', service('a'));
+    $usage->calculate_node_imbalance;
+    local $SIG{ALRM} = sub { die "got timeout\n" };
+    {
+        # The alarm comes right after the mirror's change, before the journal entry (as it
+        # can): it is handled once both are made.
+        no warnings 'redefine';
+        my $remove = \&CRSBridge::Mirror::remove_resource;
+        local *CRSBridge::Mirror::remove_resource = sub { $remove->(@_); kill 'ALRM', $$; return };
+        is(error_of { $usage->remove_service_usage('vm:1') }, "got timeout\n", 'the call dies with the alarm');
+    }
+    $usage->add_service('vm:1', service('b'));    # gone for the mirror: a new add
+    is(error_of { $usage->calculate_node_imbalance }, '', 'the server took both (the object is usable)');
+    my $journal = CRSBridge::Connection::journal_entries(CRSBridge::Scheduler::_state($usage));
+    is_deeply([ grep {/vm:1/} @$journal ], [ '["add_service","vm:1",{"stats":{"maxcpu":1,"maxmem":1073741824},'
+        . '"running":true,"current-node":"a"}]', '["remove_service_usage","vm:1"]',
+        '["add_service","vm:1",{"stats":{"maxcpu":1,"maxmem":1073741824},"running":true,"current-node":"b"}]' ],
+        'the journal holds the remove');
+};
+
 done_testing();

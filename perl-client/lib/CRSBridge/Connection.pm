@@ -13,6 +13,7 @@ package CRSBridge::Connection;
 use strict;
 use warnings;
 
+use POSIX ();
 use Time::HiRes qw(time);
 
 use CRSBridge::Codec qw(backend decode_answer decode_json_text json_str);
@@ -150,37 +151,46 @@ sub _new_params {
         . (defined $handle ? ',"scheduler":' . json_str($handle) : '') . '}';
 }
 
-=item mutate(\%state, $method, $args_json)
+=item mutate(\%state, $method, $args_json, $change)
 
 Journals the mutation C<$method> (C<add_node>, ...) with C<$args_json>, its arguments after
 the handle in the binding's order as JSON array elements without brackets
-(C<"n1",16,68719476736>). It is sent later; the caller has already checked that it succeeds.
+(C<"n1",16,68719476736>), together with the caller's own record of it (C<$change>, an optional
+code reference, e.g. the mirror's): both are made, or neither, whatever signal handler dies
+meanwhile (an alarm: signals wait while the two are made). It is sent later; the caller has
+already checked that it succeeds. Dies as C<check_usable> for an unusable object.
 
 =cut
+
+# Every signal: blocked while a mutation is journaled with the caller's record of it.
+my $ALL_SIGNALS = POSIX::SigSet->new;
+$ALL_SIGNALS->fillset;
 
 sub mutate {
-    my ($self, $st, $method, $args) = @_;
-    journal($st, qq(["$method",$args]));
+    my ($self, $st, $method, $args, $change) = @_;
+    check_usable($st);
+    my ($old, $blocked) = (POSIX::SigSet->new);
+    # A signal that came before the mask is handled at the first statement after it, before
+    # anything is made; the flush, which may wait for the server, comes after the mask (an
+    # alarm must be able to end that wait).
+    my $made = eval {
+        $blocked = POSIX::sigprocmask(POSIX::SIG_BLOCK, $ALL_SIGNALS, $old);
+        $change->() if $change;
+        journal_many($st, [qq(["$method",$args])], 'hold');
+        1;
+    };
+    my $error = $@;
+    POSIX::sigprocmask(POSIX::SIG_SETMASK, $old) if $blocked;
+    die $error if !$made;
+    $self->_flush_quietly if $PENDING >= $DUE;
     return;
 }
 
-=item journal(\%state, $entry_json)
-
-C<mutate> with the whole journal entry, the JSON text C<[method, args...]>. Dies as
-C<check_usable> for an unusable object.
-
-=cut
-
-sub journal {
-    check_usable($_[0]);
-    journal_many($_[0], [ $_[1] ]);
-    return;
-}
-
-=item journal_many(\%state, \@entries)
+=item journal_many(\%state, \@entries, $hold)
 
 Journals the entries (JSON texts C<[method, args...]>, in order), taking them out of
-C<@entries>, which is left empty; a flush follows when one is due. For a caller that collects
+C<@entries>, which is left empty; a flush follows when one is due (unless C<$hold>: the
+caller's next step then sees to it). For a caller that collects
 entries (L<CRSBridge::Scheduler>'s adds, a round's thousands) and has checked the object's
 C<usable> when it began. The entries are taken in one statement: a signal handler that dies
 meanwhile (an alarm) finds each of them either still in C<@entries> or journaled.
@@ -188,7 +198,7 @@ meanwhile (an alarm) finds each of them either still in C<@entries> or journaled
 =cut
 
 sub journal_many {
-    my ($st, $entries) = @_;
+    my ($st, $entries, $hold) = @_;
     my $count = @$entries or return;
     # Reading $$ is a system call, too dear for every batch: the process is checked when the
     # entries are sent. A forked child that journals into the connection it inherited changes
@@ -199,7 +209,7 @@ sub journal_many {
     push @{ $self->{dirty} }, $st if $st->{sent} == @$jf;
     push @$jf, splice @$entries;
     $PENDING += $count;
-    instance()->_flush_quietly if $PENDING >= $DUE;
+    instance()->_flush_quietly if $PENDING >= $DUE && !$hold;
     return;
 }
 

@@ -81,7 +81,8 @@ sub _binding {
 
 # Journal a mutation: $method with $args, its arguments as JSON in the binding's order
 # (array elements without brackets). The mirror method $op (with @args) checks it, dying with
-# upstream's message, and records it. When the server will refuse a value ($refused), the
+# upstream's message, and records it, as one step with the journal entry (Connection::mutate:
+# an alarm finds both made or neither). When the server will refuse a value ($refused), the
 # mutation is sent at once instead, so that the server's message (naming the field) is what
 # the caller sees (unless upstream fails anyway: the mirror checks first), and the mirror follows
 # only if the server accepted it. $refused may be the client's own refusal, a message (a value
@@ -97,8 +98,7 @@ sub _mutate {
         $st->{mirror}->$op(@args);
         return;
     }
-    $st->{mirror}->$op(@args);
-    $conn->mutate($st, $method, $args);
+    $conn->mutate($st, $method, $args, sub { $st->{mirror}->$op(@args) });
     return;
 }
 
