@@ -23,11 +23,13 @@ ORJSON_MAX_DEPTH = 1024
 #: What each limit of :class:`ServerLimits` bounds: ``bridge.info``'s schema and ``crs-bridge serve
 #: --help`` say it in these words.
 LIMITS = {
-    "max_message_bytes": "larger messages are answered with -32600",
+    "max_message_bytes": "bytes of one message; larger ones are answered with -32600",
     "max_nodes": "most entries of usage.nodes in one call (more: -32602)",
-    "max_resources": "most entries of usage.resources, and most bundle members over all candidates, in one call",
-    "max_candidates": "most expanded candidates in one call (a bundle counts once per target)",
-    "max_json_depth": "deepest nesting of arrays and objects in one message (more: -32600)",
+    "max_resources": "most entries of usage.resources, and most bundle members over all candidates, in one call"
+    " (more: -32602)",
+    "max_candidates": "most expanded candidates in one call (a bundle counts once per target; more: -32602)",
+    "max_json_depth": "deepest nesting of arrays and objects in one message"
+    f" (more: -32600; at most {ORJSON_MAX_DEPTH})",
 }
 
 
