@@ -31,7 +31,7 @@ from .errors import shorten
 from .limits import ServerLimits
 from .protocol import INTERNAL_ERROR, Protocol, error_response
 from .schedulers import State
-from .transport import Frame, FrameReader, FrameWriter, enlarge_pipe
+from .transport import BriefPoll, Frame, FrameReader, FrameWriter, enlarge_pipe
 
 log = logging.getLogger("crs-bridge")
 
@@ -135,7 +135,13 @@ def serve(
     state = State(limits=limits)
     protocol = Protocol(state, debug_methods)
     enlarge_pipe(in_fd)  # big requests arrive in a few reads, not dozens
-    reader = FrameReader(in_fd, limits.max_message_bytes, before_wait=writer.flush)
+    poll = BriefPoll(in_fd)
+
+    def before_wait() -> None:
+        writer.flush()  # the answers leave first
+        poll()
+
+    reader = FrameReader(in_fd, limits.max_message_bytes, before_wait=before_wait)
     # Start-up objects never become garbage; keep them out of every collection.
     gc.freeze()
     try:

@@ -10,7 +10,7 @@ import signal
 import orjson
 import pytest
 
-from crs_bridge.bridge.transport import PIPE_BYTES, enlarge_pipe
+from crs_bridge.bridge.transport import PIPE_BYTES, BriefPoll, cpu_free, enlarge_pipe
 from crs_bridge.client import CONTENT_LENGTH, NDJSON, BridgeClient
 
 INFO = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "bridge.info"})
@@ -144,3 +144,31 @@ def test_content_length_of_thousands_of_digits_is_read_as_a_number():
         refused = client.read()
         assert refused["error"]["code"] == -32600 and "exceeds the limit" in refused["error"]["message"]
         assert client.close() == 0
+
+
+@pytest.mark.parametrize(
+    ("loadavg", "cpus", "free"),
+    [
+        (b"0.10 0.20 0.30 2/345 999\n", 2, True),  # the poller and its client: each has a CPU
+        (b"0.10 0.20 0.30 3/345 999\n", 2, False),  # one task more waits for a CPU
+        (b"0.10 0.20 0.30 1/345 999\n", 1, True),
+        (b"", 8, False),  # unreadable: never poll
+        (b"0.10 0.20 0.30 x/345 999\n", 8, False),
+    ],
+)
+def test_cpu_free_compares_the_running_tasks_with_the_cpus(loadavg, cpus, free):
+    assert cpu_free(loadavg, cpus) is free
+
+
+def test_brief_poll_returns_with_input_waiting_and_reads_none_of_it():
+    read_end, write_end = os.pipe()
+    try:
+        poll = BriefPoll(read_end)
+        poll()  # nothing waiting: returns all the same (at once or after polling briefly)
+        os.write(write_end, b"next request\n")
+        poll()
+        assert os.get_blocking(read_end)  # the descriptor's mode is left alone
+        assert os.read(read_end, 100) == b"next request\n"
+    finally:
+        os.close(read_end)
+        os.close(write_end)

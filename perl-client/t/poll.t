@@ -1,0 +1,62 @@
+#!/usr/bin/perl
+# The client polls briefly for an answer before it sleeps in select (CRSBridge::Process::_poll):
+# it takes what arrives, reads nothing while the machine has no CPU free, and a server's end or
+# a signal handler that dies still end the wait as they do in select.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib", "$FindBin::Bin/../lib";
+
+use IO::Handle;
+use Test::More;
+use CRSBridge::Process;
+
+# A process object reading from a pipe this test writes to (no server).
+sub reading_end {
+    pipe(my $out, my $to_client) or die "pipe: $!\n";
+    $out->blocking(0);
+    $to_client->autoflush(1);
+    my $proc = bless { out => $out, rbuf => '', wbuf => '', ended => 0 }, 'CRSBridge::Process';
+    return ($proc, $to_client);
+}
+
+subtest 'an answer waiting is taken' => sub {
+    no warnings 'redefine';
+    local *CRSBridge::Process::_cpu_free = sub { 1 };
+    my ($proc, $server) = reading_end();
+    print {$server} qq({"id":1}\n);
+    ok($proc->_poll, 'polling found the answer');
+    is($proc->{rbuf}, qq({"id":1}\n), 'and read it whole');
+    ok(!$proc->_poll, 'nothing more: it gives up');
+    is($proc->read_line(time + 5), '{"id":1}', 'read_line returns it');
+};
+
+subtest 'no CPU free: nothing is read by polling' => sub {
+    no warnings 'redefine';
+    local *CRSBridge::Process::_cpu_free = sub { 0 };
+    my ($proc, $server) = reading_end();
+    print {$server} qq({"id":2}\n);
+    ok(!$proc->_poll, 'no poll');
+    is($proc->{rbuf}, '', 'the answer is left to select');
+    is($proc->read_line(time + 5), '{"id":2}', 'which reads it');
+};
+
+subtest 'a server that ends while polled for' => sub {
+    no warnings 'redefine';
+    local *CRSBridge::Process::_cpu_free = sub { 1 };
+    my ($proc, $server) = reading_end();
+    close($server);
+    my $error = eval { $proc->_poll; 1 } ? undef : $@;
+    isa_ok($error, 'CRSBridge::Process::Error');
+    is($error && $error->kind, 'died', 'its end is a died error, as from select');
+};
+
+subtest 'the CPUs online are counted' => sub {
+    open(my $cpuinfo, '<', '/proc/cpuinfo') or plan skip_all => 'no /proc/cpuinfo here';
+    my $listed = grep { /^processor\s*:/ } <$cpuinfo>;
+    is(CRSBridge::Process::_cpus_online(), $listed, 'as many as /proc/cpuinfo lists');
+};
+
+done_testing();
