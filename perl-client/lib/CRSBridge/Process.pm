@@ -17,6 +17,9 @@ use constant F_SETPIPE_SZ => 1031;
 use constant PIPE_SIZE => 1 << 20;
 # After asking a server to stop: how long it may take to close its output before it is killed.
 use constant STOP_SECONDS => 2;
+# How long (seconds) _wait polls for the server's answer before it sleeps in select; see _poll.
+use constant POLL_SECONDS => 300e-6;
+my ($LOADAVG, $CPUS);    # for _cpu_free: /proc/loadavg, kept open (undef: none), and the CPUs online
 
 =head1 NAME
 
@@ -67,6 +70,7 @@ sub spawn {
     my $log = CRSBridge::Config::get('log');
     my %env = (CRS_BRIDGE_CLIENT_PID => $$, CRS_BRIDGE_LOG_TARGET => $log eq 'syslog' ? 'syslog' : 'auto');
     my @held = _hold_std_fds();
+    _watch_load() if !defined $CPUS;    # here, so that /proc/loadavg gets no fd 0 to 2 either
     my $stderr = _server_stderr($log);
     pipe(my $server_in, my $to_server) && pipe(my $from_server, my $server_out) && pipe(my $report, my $report_w)
         or die "crs-bridge: cannot start the server: no pipe: $!\n";
@@ -245,9 +249,6 @@ sub _readable {
     return select($bits, undef, undef, $timeout) > 0;
 }
 
-# How long (seconds) _wait polls for the server's answer before it sleeps in select; see _poll.
-use constant POLL_SECONDS => 300e-6;
-
 sub _wait {
     my ($self, $deadline) = @_;
     my $left = $deadline - time;
@@ -279,15 +280,15 @@ sub _poll {
     }
 }
 
-my ($LOADAVG, $CPUS);    # /proc/loadavg, kept open (undef: none), and the CPUs online
+sub _watch_load {
+    $CPUS = _cpus_online();
+    open($LOADAVG, '<', '/proc/loadavg') or undef $LOADAVG;
+    return;
+}
 
 # True while /proc/loadavg counts no more running tasks than CPUs (its fourth field,
 # "running/total", this process included); false without /proc.
 sub _cpu_free {
-    if (!defined $CPUS) {
-        $CPUS = _cpus_online();
-        open($LOADAVG, '<', '/proc/loadavg') or undef $LOADAVG;
-    }
     return 0 if !$LOADAVG || !sysseek($LOADAVG, 0, 0) || !sysread($LOADAVG, my $text, 128);
     my ($running) = $text =~ /^\S+ \S+ \S+ (\d+)\//;
     return defined $running && $running <= $CPUS;
