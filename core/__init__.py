@@ -43,6 +43,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "DEFAULT_FORMULA",
     "FORMULAS",
     "METHODS",
     "Aggregation",
