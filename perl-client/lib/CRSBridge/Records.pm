@@ -3,8 +3,8 @@ package CRSBridge::Records;
 # The binding's input records (binding.md section 2.1): decoded as upstream decodes them and
 # rendered as the JSON the server takes. The common shape (plain numbers and plain names, as the
 # HA manager passes them) goes through a fast path (for the adds' resources, in
-# CRSBridge::Scheduler); anything else goes through the exact decoders of CRSBridge::Args,
-# which also produce upstream's error messages. A whole argument is decoded before any value is
+# CRSBridge::Scheduler; for a dynamic node's stats, in node_stats_param); anything else goes
+# through the exact decoders of CRSBridge::Args, which also produce upstream's error messages. A whole argument is decoded before any value is
 # checked against crs-bridge's bounds, as upstream reports decoding errors only.
 #
 # A plain name is a string (not a number, not a reference), not empty, needing no JSON escapes,
@@ -77,7 +77,7 @@ positive) -> C<($json, $refused, \%decoded_stats)>.
 sub node_stats_param {
     # The common shape, a hash of plain numbers within crs-bridge's bounds (every node of every
     # dynamic HA round), for which the exact decoders would give the same values: decoded and
-    # rendered as they would, in a fifth of their time (10 us less per node).
+    # rendered as they would, in a sixth of their time (10 us less per node).
     if (ref $_[0] eq 'HASH') {
         my ($cpu, $maxcpu, $mem, $maxmem) = @{ $_[0] }{qw(cpu maxcpu mem maxmem)};
         # NaN fails the comparisons; usize truncates, as int does for these.
