@@ -4,8 +4,9 @@ package CRSBridge::Records;
 # rendered as the JSON the server takes. The common shape (plain numbers and plain names, as the
 # HA manager passes them) goes through a fast path (for the adds' resources, in
 # CRSBridge::Scheduler; for a dynamic node's stats, in node_stats_param); anything else goes
-# through the exact decoders of CRSBridge::Args, which also produce upstream's error messages. A whole argument is decoded before any value is
-# checked against crs-bridge's bounds, as upstream reports decoding errors only.
+# through the exact decoders of CRSBridge::Args, which also produce upstream's error messages.
+# A whole argument is decoded before any value is checked against crs-bridge's bounds, as
+# upstream reports decoding errors only.
 #
 # A plain name is a string (not a number, not a reference), not empty, needing no JSON escapes,
 # without Perl's UTF-8 flag (so without characters UTF-8 cannot carry): arg_string accepts it as
