@@ -3,9 +3,13 @@
 # imbalance, score the balancing candidates with limit 1, drop the object) at the sizes of
 # issue 17, a third of the guests on one node, static and dynamic: p50 and p90 of the round,
 # the client's and the server's CPU per round (means) apart, and the round trips per round.
+# Each size and mode has two kinds of round (column "round"): "repeat", every round's usage the
+# same as the last (perl_round.pl --change none), and "change", each round's usage differs from
+# the last as on a real cluster (--change stats: dynamic, every node's and guest's measured cpu
+# and mem move; static, one guest's config edit per round).
 #
 #   PATH=.venv/bin:$PATH perl benchmarks/ha_round_sizes.pl [--json PP|XS] [--scale F]
-#       [--only 16x2000] [--tree DIR]...
+#       [--only 16x2000] [--round repeat|change] [--tree DIR]...
 #
 # --tree DIR (repeatable): measure these source trees side by side (default: this one); each
 # runs its own Perl client (DIR/perl-client/lib) and its own server (this tree's Python, with
@@ -15,6 +19,7 @@
 #   git -C /work/main archive HEAD | (mkdir -p /tmp/base && tar -x -C /tmp/base)
 #   PATH=.venv/bin:$PATH perl benchmarks/ha_round_sizes.pl --tree /tmp/base --tree .
 # --scale F: F times the default rounds per size (from 200 at 3 x 30 to 8 at 48 x 10000).
+# --only, --round: only that size, only that kind of round.
 
 use strict;
 use warnings;
@@ -26,8 +31,12 @@ use IPC::Open2 ();
 use List::Util qw(sum);
 
 my %opt = (json => 'PP', scale => 1, tree => []);
-GetOptions(\%opt, 'json=s', 'scale=f', 'only=s', 'tree=s@')
-    or die "usage: $0 [--json PP|XS] [--scale F] [--only NODESxGUESTS] [--tree DIR]...\n";
+# perl_round.pl's --change for each kind of round
+my %CHANGE = (repeat => 'none', change => 'stats');
+GetOptions(\%opt, 'json=s', 'scale=f', 'only=s', 'round=s', 'tree=s@')
+    && (!defined $opt{round} || $CHANGE{ $opt{round} })
+    or die "usage: $0 [--json PP|XS] [--scale F] [--only NODESxGUESTS] [--round repeat|change] [--tree DIR]...\n";
+my @kinds = $opt{round} // qw(repeat change);
 my @trees = map { Cwd::abs_path($_) // die "no such tree: $_\n" } @{ $opt{tree} };
 @trees = (Cwd::abs_path("$FindBin::Bin/..")) if !@trees;
 -d "$_/perl-client/lib" or die "$_ has no perl-client/lib\n" for @trees;
@@ -40,35 +49,38 @@ my @SIZES = (
     [ 16, 2000, [qw(static dynamic)], 30 ],
     [ 48, 10000, [qw(static dynamic)], 8 ],
 );
-my $BLOCKS = 8;    # alternations per size and mode
+my $BLOCKS = 8;    # alternations per size, mode and kind of round
 
 my $python = "$FindBin::Bin/../.venv/bin/python";
 $python = 'python3' if !-x $python;
 
 printf "%s, rounds alternated between %d tree(s), %s\n", "JSON::$opt{json}", scalar @trees, join(', ', @trees);
-printf "%-10s %-8s %-5s %9s %9s %11s %11s %6s %8s\n",
-    'size', 'mode', 'tree', 'p50 ms', 'p90 ms', 'client CPU', 'server CPU', 'trips', 'p50/1st';
+printf "%-10s %-8s %-6s %-5s %9s %9s %11s %11s %6s %8s\n",
+    'size', 'mode', 'round', 'tree', 'p50 ms', 'p90 ms', 'client CPU', 'server CPU', 'trips', 'p50/1st';
 for my $size (@SIZES) {
     my ($nodes, $guests, $modes, $rounds) = @$size;
     next if $opt{only} && $opt{only} ne "${nodes}x$guests";
     $rounds = int($rounds * $opt{scale}) || 1;
     for my $mode (@$modes) {
-        my @results = measure($nodes, $guests, $mode, $rounds);
-        for my $i (0 .. $#results) {
-            my $r = $results[$i];
-            printf "%-10s %-8s %-5s %9.2f %9.2f %11s %11s %6s %8.2f\n", "${nodes}x$guests", $mode, $i + 1,
-                1000 * percentile(0.5, $r->{wall}), 1000 * percentile(0.9, $r->{wall}),
-                sprintf('%.2f ms', 1000 * sum(@{ $r->{cpu} }) / @{ $r->{cpu} }),
-                defined $r->{server} ? sprintf('%.2f ms', 1000 * $r->{server} / @{ $r->{wall} }) : '-',
-                $r->{trips}, percentile(0.5, $r->{wall}) / percentile(0.5, $results[0]{wall});
+        for my $kind (@kinds) {
+            my @results = measure($nodes, $guests, $mode, $CHANGE{$kind}, $rounds);
+            for my $i (0 .. $#results) {
+                my $r = $results[$i];
+                printf "%-10s %-8s %-6s %-5s %9.2f %9.2f %11s %11s %6s %8.2f\n",
+                    "${nodes}x$guests", $mode, $kind, $i + 1,
+                    1000 * percentile(0.5, $r->{wall}), 1000 * percentile(0.9, $r->{wall}),
+                    sprintf('%.2f ms', 1000 * sum(@{ $r->{cpu} }) / @{ $r->{cpu} }),
+                    defined $r->{server} ? sprintf('%.2f ms', 1000 * $r->{server} / @{ $r->{wall} }) : '-',
+                    $r->{trips}, percentile(0.5, $r->{wall}) / percentile(0.5, $results[0]{wall});
+            }
         }
     }
 }
 
-# Each tree's rounds of one size and mode, alternated in blocks.
+# Each tree's rounds of one size, mode and kind (perl_round.pl's --change), alternated in blocks.
 sub measure {
-    my ($nodes, $guests, $mode, $rounds) = @_;
-    my @workers = map { worker($_, $nodes, $guests, $mode) } @trees;
+    my ($nodes, $guests, $mode, $change, $rounds) = @_;
+    my @workers = map { worker($_, $nodes, $guests, $mode, $change) } @trees;
     my @results = map { { wall => [], cpu => [], server => 0 } } @trees;
     my $block = int($rounds / $BLOCKS) || 1;
     for (my $done = 0; $done < $rounds; $done += $block) {
@@ -98,10 +110,11 @@ sub measure {
 
 # A perl_round.pl --stream process on $tree's client and server, warmed up.
 sub worker {
-    my ($tree, $nodes, $guests, $mode) = @_;
+    my ($tree, $nodes, $guests, $mode, $change) = @_;
     local $ENV{CRS_BRIDGE_COMMAND} = "env PYTHONPATH=$tree $python -P -m crs_bridge serve";
     my @cmd = ($^X, "$FindBin::Bin/perl_round.pl", '--stream', '--lib', "$tree/perl-client/lib",
-        '--json', $opt{json}, '--nodes', $nodes, '--guests', $guests, '--mode', $mode, '--layout', 'third');
+        '--json', $opt{json}, '--nodes', $nodes, '--guests', $guests, '--mode', $mode, '--change', $change,
+        '--layout', 'third');
     my $pid = IPC::Open2::open2(my $out, my $in, @cmd);
     my $w = { pid => $pid, in => $in, out => $out };
     my $ready = <$out> // die "the benchmark worker for $tree did not start\n";

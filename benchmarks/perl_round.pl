@@ -6,6 +6,9 @@
 #
 #   PATH=.venv/bin:$PATH perl benchmarks/perl_round.pl [--rounds 50] [--nodes 16] [--guests 2000]
 #       [--mode static|dynamic] [--json PP|XS]   (no --json: runs each available backend)
+#       [--change none|stats]    (none (default): every round's usage is the same as the last;
+#                                 stats: each round's differs from the last as a real one would,
+#                                 see stats_at)
 #       [--split]                (time per phase, and the client's CPU time in it)
 #       [--server-trace FILE]    (run the server with --trace FILE and print its time per request kind)
 #       [--lib DIR]              (the Perl client to measure; default: perl-client/lib of this tree)
@@ -38,15 +41,16 @@ use List::Util ();
 use POSIX ();
 use Time::HiRes qw(time clock_gettime CLOCK_PROCESS_CPUTIME_ID);
 
-my %opt = (rounds => 50, nodes => 16, guests => 2000, mode => 'static');
+my %opt = (rounds => 50, nodes => 16, guests => 2000, mode => 'static', change => 'none');
 GetOptions(\%opt, 'rounds=i', 'nodes=i', 'guests=i', 'mode=s', 'json=s', 'split', 'server-trace=s', 'lib=s', 'record=s',
-    'layout=s', 'stream')
+    'layout=s', 'stream', 'change=s')
+    && $opt{change} =~ /^(?:none|stats)$/
     or die "usage: $0 [--rounds N] [--nodes N] [--guests N] [--mode static|dynamic] [--json PP|XS] [--split]"
-    . " [--server-trace FILE] [--lib DIR] [--record DIR] [--layout spread|third] [--stream]\n";
+    . " [--server-trace FILE] [--lib DIR] [--record DIR] [--layout spread|third] [--change none|stats] [--stream]\n";
 
 if (!$opt{json}) {
     # One process per backend: the backend is chosen once per process.
-    my @args = map { ("--$_", $opt{$_}) } qw(rounds nodes guests mode);
+    my @args = map { ("--$_", $opt{$_}) } qw(rounds nodes guests mode change);
     push @args, '--layout', $opt{layout} if $opt{layout};
     push @args, '--split' if $opt{split};
     push @args, '--server-trace', $opt{'server-trace'} if $opt{'server-trace'};
@@ -73,32 +77,85 @@ require PVE::RS::ResourceScheduling::Dynamic;
 require CRSBridge::Codec;
 
 my $GiB = 1024**3;
+my ($NODE_MAXCPU, $NODE_MAXMEM) = (32, 256 * $GiB);
 my @nodes = map { sprintf('node%02d', $_) } 1 .. $opt{nodes};
 # Guests spread unevenly, 1-8 cores, 1-16 GiB each: more on the first half of the nodes
 # (spread), or a third on the first node and the others round-robin over the rest (third).
+# cpu and mem are the measured usage's share of maxcpu and maxmem around which the dynamic
+# stats vary (stats_at).
 my $third = ($opt{layout} // 'spread') eq 'third';
 my @guests = map {
     my $i = $_;
+    my $maxcpu = 1.0 + ($i % 8);
     {
         sid => "vm:" . (100 + $i),
         node => $third
             ? $nodes[ $i % 3 == 0 || @nodes == 1 ? 0 : 1 + $i % (@nodes - 1) ]
             : $nodes[ ($i * $i) % @nodes < @nodes / 2 ? $i % (@nodes / 2) : $i % @nodes ],
-        maxcpu => 1.0 + ($i % 8),
+        maxcpu => $maxcpu,
         maxmem => (1 + ($i % 16)) * $GiB,
-        cpu => 0.25 * (1 + ($i % 7)),
-        mem => (1 + ($i % 16)) * $GiB / 2,
+        cpu => List::Util::min(0.9, 0.25 * (1 + ($i % 7)) / $maxcpu),
+        mem => 0.5,
     }
 } 0 .. $opt{guests} - 1;
-my %node_usage;
+# A node's measured share: its guests' summed usage over its size, at most 0.9.
+my %node_share;
 for my $g (@guests) {
-    $node_usage{ $g->{node} }{cpu} += $g->{cpu};
-    $node_usage{ $g->{node} }{mem} += $g->{mem};
+    $node_share{ $g->{node} }{cpu} += $g->{cpu} * $g->{maxcpu} / $NODE_MAXCPU;
+    $node_share{ $g->{node} }{mem} += $g->{mem} * $g->{maxmem} / $NODE_MAXMEM;
+}
+for my $share (values %node_share) {
+    $_ = List::Util::min(0.9, $_) for values %$share;
 }
 my @candidates = map {
     my $g = $_;
     { leader => $g->{sid}, resources => [ $g->{sid} ], nodes => [ grep { $_ ne $g->{node} } @nodes ] }
 } @guests;
+
+# Rounds run so far; with --change stats each round's usage is that of its number.
+my $round_number = 0;
+
+# The usage HA reads in round $r: [node stats (array ref per node: add_node's arguments after
+# the name), guest stats (hash ref per guest)], new hashes each round, as HA builds them.
+# Static: from the guests' configs; round $r >= 1 edits one guest's config (guest ($r - 1) % N
+# toggles 512 MiB of maxmem), as an admin's edit between two rounds would. Dynamic: RRD-like
+# measured cpu (a fraction of maxcpu, full double precision) and mem (whole bytes), within the
+# maxima: every node's and guest's values move by up to 5 % from round to round.
+sub stats_at {
+    my ($r) = @_;
+    if ($opt{mode} eq 'static') {
+        my @node_stats = map { [ $NODE_MAXCPU, $NODE_MAXMEM ] } @nodes;
+        my @guest_stats = map {
+            my $g = $guests[$_];
+            my $edits = $r > $_ ? int(($r - 1 - $_) / @guests) + 1 : 0;
+            { maxcpu => $g->{maxcpu}, maxmem => $g->{maxmem} + ($edits % 2) * $GiB / 2 }
+        } 0 .. $#guests;
+        return [ \@node_stats, \@guest_stats ];
+    }
+    my @node_stats = map {
+        my $share = $node_share{ $nodes[$_] } // { cpu => 0.01, mem => 0.01 };
+        [ {
+            cpu => $NODE_MAXCPU * $share->{cpu} * measured($_, $r, 0), maxcpu => $NODE_MAXCPU,
+            mem => int($NODE_MAXMEM * $share->{mem} * measured($_, $r, 1)), maxmem => $NODE_MAXMEM,
+        } ]
+    } 0 .. $#nodes;
+    my @guest_stats = map {
+        my $g = $guests[$_];
+        {
+            cpu => $g->{maxcpu} * $g->{cpu} * measured($_, $r, 2), maxcpu => $g->{maxcpu},
+            mem => int($g->{maxmem} * $g->{mem} * measured($_, $r, 3)), maxmem => $g->{maxmem},
+        }
+    } 0 .. $#guests;
+    return [ \@node_stats, \@guest_stats ];
+}
+
+# A factor in [0.95, 1.05) for item $i's value number $which in round $r: deterministic
+# (a Weyl sequence), with the digits of a measured value, different in every round.
+sub measured {
+    my ($i, $r, $which) = @_;
+    my $x = 0.6180339887498949 * ($i + 1) + 0.41421356237309503 * $r + 0.7548776662466927 * $which;
+    return 0.95 + 0.1 * ($x - int($x));
+}
 
 # CPU seconds used by this (client) process so far; the server's time is not in it.
 sub cpu {
@@ -107,30 +164,23 @@ sub cpu {
 
 sub round {
     my $static = $opt{mode} eq 'static';
+    my ($node_stats, $guest_stats) = @{ stats_at($opt{change} eq 'stats' ? $round_number : 0) };
+    $round_number++;
     my $cpu0 = cpu();
     my $t0 = time;
     my $usage = $static
         ? PVE::RS::ResourceScheduling::Static->new()
         : PVE::RS::ResourceScheduling::Dynamic->new();
-    for my $n (@nodes) {
-        if ($static) {
-            $usage->add_node($n, 32, 256 * $GiB);
-        } else {
-            my $u = $node_usage{$n} // { cpu => 0, mem => 0 };
-            $usage->add_node($n, { cpu => $u->{cpu}, maxcpu => 32, mem => int($u->{mem}), maxmem => 256 * $GiB });
-        }
+    for my $i (0 .. $#nodes) {
+        $usage->add_node($nodes[$i], @{ $node_stats->[$i] });
     }
-    for my $g (@guests) {
+    for my $i (0 .. $#guests) {
+        my $g = $guests[$i];
+        my $service = { stats => $guest_stats->[$i], running => 1, 'current-node' => $g->{node} };
         if ($static) {
-            $usage->add_service($g->{sid}, {
-                stats => { maxcpu => $g->{maxcpu}, maxmem => $g->{maxmem} },
-                running => 1, 'current-node' => $g->{node},
-            });
+            $usage->add_service($g->{sid}, $service);
         } else {
-            $usage->add_resource($g->{sid}, {
-                stats => { cpu => $g->{cpu}, maxcpu => $g->{maxcpu}, mem => int($g->{mem}), maxmem => $g->{maxmem} },
-                running => 1, 'current-node' => $g->{node},
-            });
+            $usage->add_resource($g->{sid}, $service);
         }
     }
     my ($t1, $cpu1) = (time, cpu());
@@ -175,8 +225,8 @@ if ($opt{record}) {
     for my $i (1 .. 2 * $opt{rounds}) {
         push @{ $i % 2 ? \@on : \@off }, recorded_round($i % 2);
     }
-    printf "%s (%s), %s mode, %d nodes, %d guests, %d rounds each, side by side:\n",
-        $opt{json}, $backend, $opt{mode}, $opt{nodes}, $opt{guests}, $opt{rounds};
+    printf "%s (%s), %s mode, change %s, %d nodes, %d guests, %d rounds each, side by side:\n",
+        $opt{json}, $backend, $opt{mode}, $opt{change}, $opt{nodes}, $opt{guests}, $opt{rounds};
     report('recorder off', \@off);
     report('recorder on', \@on);
     my ($p50_off, $p50_on) = map { percentile(0.5, map { $_->[0] } @$_) } \@off, \@on;
@@ -198,9 +248,9 @@ my @times = map { round() } 1 .. $opt{rounds};
 my $server1 = server_cpu();
 my $server = defined $server0 && defined $server1
     ? sprintf(', server CPU: mean %.1f ms', 1000 * ($server1 - $server0) / $opt{rounds}) : '';
-printf "%s (%s), %s mode, %d nodes, %d guests, %d rounds: p50 %.1f ms, p90 %.1f ms"
+printf "%s (%s), %s mode, change %s, %d nodes, %d guests, %d rounds: p50 %.1f ms, p90 %.1f ms"
     . " (client CPU: mean %.1f ms%s per round)\n",
-    $opt{json}, $backend, $opt{mode}, $opt{nodes}, $opt{guests}, $opt{rounds},
+    $opt{json}, $backend, $opt{mode}, $opt{change}, $opt{nodes}, $opt{guests}, $opt{rounds},
     1000 * percentile(0.5, map { $_->[0] } @times), 1000 * percentile(0.9, map { $_->[0] } @times),
     1000 * List::Util::sum(map { $_->[5] } @times) / @times, $server;
 report_split(\@times) if $opt{split};

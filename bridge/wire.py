@@ -329,19 +329,28 @@ class MessageDecoder:
     tagged by its method, its ``params`` a struct of its params model.
 
     ``params_kinds``: method -> the kinds its params may take (:attr:`ParamsDecoder.kinds` of its
-    models), tried in order: the first decoder takes each method's first kind, the next its second
-    (or its last), and so on.
+    models), tried in order: named params first, then positional ones (a method without kinds of
+    a form takes its others). Within a form the first decoder takes each method's first kind, the
+    next its second (or its last), and so on: a client sends every request of a batch in one form,
+    so the batch is taken whole (a Perl round's, a new scheduler's and a dynamic scheduler's
+    mutations, named, by the second decoder).
     """
 
     def __init__(self, params_kinds: dict[str, list[Any]]) -> None:
         self.methods: dict[type, str] = {}
-        requests, made = [], {}
-        for choice in range(max(map(len, params_kinds.values()))):
-            union = []
-            for name, kinds in params_kinds.items():
-                kind = kinds[min(choice, len(kinds) - 1)]
-                union.append(made.get((name, kind)) or made.setdefault((name, kind), self._request(name, kind)))
-            requests.append(Union[tuple(union)])  # noqa: UP007 (built from a tuple)
+        unions, made = {}, {}
+        for positional in (False, True):
+            forms = {
+                name: [kind for kind in kinds if kind.__struct_config__.array_like is positional] or kinds
+                for name, kinds in params_kinds.items()
+            }
+            for choice in range(max(map(len, forms.values()))):
+                union = []
+                for name, kinds in forms.items():
+                    kind = kinds[min(choice, len(kinds) - 1)]
+                    union.append(made.get((name, kind)) or made.setdefault((name, kind), self._request(name, kind)))
+                unions[tuple(union)] = None
+        requests = [Union[union] for union in unions]  # noqa: UP007 (built from a tuple)
         self._decoders = [msgspec.json.Decoder(list[request] | request) for request in requests]
         self._requests = [msgspec.json.Decoder(request) for request in requests]
         self._batch = msgspec.json.Decoder(list[msgspec.Raw])

@@ -1,7 +1,8 @@
 #!/usr/bin/perl
 # The adds' common case is decoded and rendered by a fast path written out for speed
-# (CRSBridge::Scheduler::_resource_adder); it must journal exactly what the exact decoders
-# (CRSBridge::Records::resource_param) journal for the same values, and leave everything else
+# (CRSBridge::Scheduler::_resource_adder; a dynamic node's stats: CRSBridge::Records::
+# node_stats_param); it must journal exactly what the exact decoders (CRSBridge::Records::
+# resource_param, dynamic_node_stats) journal for the same values, and leave everything else
 # to them, so that their error texts stay the only ones.
 
 use strict;
@@ -13,6 +14,7 @@ use lib "$FindBin::Bin/lib", "$FindBin::Bin/../lib";
 use Test::More;
 use CRSBridgeTest;
 use CRSBridge::Records;
+use CRSBridge::Args qw(MAX_BYTES);
 use PVE::RS::ResourceScheduling::Static;
 use PVE::RS::ResourceScheduling::Dynamic;
 
@@ -90,6 +92,36 @@ for my $case (
         is($fast->calculate_node_imbalance, $slow->calculate_node_imbalance, 'the server agrees');
     };
 }
+
+subtest 'dynamic node stats: the fast path journals what the exact decoders journal' => sub {
+    my $decoded = 0;
+    no warnings 'redefine';
+    my $decode = \&CRSBridge::Records::dynamic_node_stats;
+    local *CRSBridge::Records::dynamic_node_stats = sub { $decoded++; goto &$decode };
+    my @stats = (
+        { cpu => 1.5, maxcpu => 64, mem => GiB, maxmem => 1024 * GiB },
+        { cpu => 0, maxcpu => 1, mem => 0, maxmem => 1 },
+        { cpu => 10 / 3, maxcpu => 31.7, mem => 2.5 * GiB, maxmem => 2**50 + 1 },    # usize truncates
+        { cpu => 7, maxcpu => 8.0, mem => 3e9, maxmem => 4e9 },
+        { cpu => 2**53, maxcpu => 2**53, mem => MAX_BYTES, maxmem => MAX_BYTES },    # the bounds
+    );
+    # The same stats with every value behind a reference (perlmod follows it; the fast path does not).
+    my @referenced = map { my $s = $_; +{ map { ($_ => \$s->{$_}) } keys %$s } } @stats;
+    my ($fast, $slow) = map { PVE::RS::ResourceScheduling::Dynamic->new() } 1 .. 2;
+    $fast->add_node("n$_", $stats[$_]) for 0 .. $#stats;
+    is($decoded, 0, 'plain values take the fast path');
+    $slow->add_node("n$_", $referenced[$_]) for 0 .. $#stats;
+    is($decoded, scalar @stats, 'references take the exact path');
+    is_deeply(journal($fast), journal($slow), 'the same journal entries');
+    is($fast->calculate_node_imbalance, $slow->calculate_node_imbalance, 'the server agrees');
+    $decoded = 0;
+    my %zero_cores = (cpu => 1, maxcpu => 0.5, mem => 1, maxmem => GiB);    # usize 0: refused
+    like(error_of { $fast->add_node('z', {%zero_cores}) }, qr/^Invalid params: stats\.maxcpu: /,
+        'a value the server refuses: its message');
+    is(error_of { $slow->add_node('z', { map { ($_ => \$zero_cores{$_}) } keys %zero_cores }) },
+        error_of { $fast->add_node('z', {%zero_cores}) }, '... the same by either path');
+    is($decoded, 3, '... decoded exactly');
+};
 
 subtest 'anything else takes the exact path, with its error texts' => sub {
     my $usage = static_cluster();
