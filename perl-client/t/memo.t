@@ -3,9 +3,9 @@
 # same nodes, guests and candidates) is answered from memory: the same answer, no request to
 # the server, a fresh structure each time, recorded by the flight recorder as the server's
 # answer. Anything that differs (a guest's stats, the candidates, the limit, the mode, the
-# formula, the server) is asked of the server; a poisoned object still dies; alarms in the
-# answer from memory leave everything usable; rounds answered from memory leave no answers
-# piling up. Real server, real client.
+# formula, the server) is asked of the server; a few answers are kept per state; a poisoned
+# object still dies; alarms in the answer from memory leave everything usable; rounds answered
+# from memory leave no answers piling up. Real server, real client.
 
 use strict;
 use warnings;
@@ -20,6 +20,7 @@ use Test::More;
 use CRSBridgeTest;
 use CRSBridge::Connection;
 use CRSBridge::Process;
+use CRSBridge::Records qw(candidates_param);
 use PVE::RS::ResourceScheduling::Static;
 use PVE::RS::ResourceScheduling::Dynamic;
 
@@ -82,10 +83,9 @@ sub round {
 # The same queries as calls, which always ask the server (the expected answers).
 sub server_round {
     my ($usage, $candidates, $limit) = @_;
-    require CRSBridge::Records;
     return [ server_call($usage, 'calculate_node_imbalance'),
         server_call($usage, 'score_best_balancing_migration_candidates',
-            '"candidates":' . CRSBridge::Records::candidates_param($candidates) . ",\"limit\":$limit") ];
+            '"candidates":' . candidates_param($candidates) . ",\"limit\":$limit") ];
 }
 
 subtest 'a repeated round is answered from memory, even with the server stopped' => sub {
@@ -138,6 +138,18 @@ subtest 'another imbalance formula asks the server' => sub {
     is($asked, 2, 'the same journal under the other formula: asked');
     is_deeply($normalized, server_round($usage, $candidates, 1), "the server's answer");
     isnt($normalized->[0], $raw->[0], '(which differs from the raw one)');
+};
+
+subtest 'a few answers are kept per state: the first ones' => sub {
+    my $usage = usage(40);
+    my $kept = CRSBridge::Connection::MEMO_ANSWERS;
+    my $start = sub { $usage->score_nodes_to_start_service({ maxcpu => 1, maxmem => $_[0] * GiB }) };
+    my @first = map { $start->($_) } 1 .. $kept + 4;
+    my ($asked, $again) = asked(sub { [ map { $start->($_) } 1 .. $kept ] });
+    is($asked, 0, "the first $kept queries again: answered from memory");
+    is_deeply($again, [ @first[ 0 .. $kept - 1 ] ], '... as the server answered them');
+    ($asked) = asked(sub { $start->($_) for $kept + 1 .. $kept + 4 });
+    is($asked, 4, 'the later ones: asked again');
 };
 
 subtest 'answers from memory are fresh structures' => sub {

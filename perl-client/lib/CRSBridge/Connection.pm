@@ -74,20 +74,22 @@ function of the server, the object's mode and imbalance formula, its journal (ev
 in order: its whole state) and the query's method and params text. So C<query> remembers the
 successful answers of the most recent journal queried (a memo: the server, the mode and
 formula, a reference to that journal and its length then, and the answer lines by method and
-params, at most C<MEMO_ANSWERS>), and answers a query with the same five from memory, the same
-line as the server wrote, without a round trip. Another object whose journal has that length
-and the same entries is in the same state: the journals are compared entry by entry up to the
-first difference (a dynamic round's measured usage differs in its first node: a miss costs
-next to nothing; an identical round costs one string comparison per entry), and the memo then
-follows the newer object, whose journal the next round is compared with. Any other query
-replaces the memo: one journal and a few answers are kept, whatever the process does.
+params, the first C<MEMO_ANSWERS>), and answers a query with the same five from memory, the
+same line as the server wrote, without a round trip. Another object whose journal has that
+length and the same entries is in the same state: the journals are compared entry by entry up
+to the first difference (a dynamic round's measured usage differs in its first node: a miss
+costs next to nothing; an identical round costs one string comparison per entry), and the memo
+then follows the newer object, whose journal the next round is compared with. A query in
+another state replaces the memo: one journal and a few answers are kept, whatever the process
+does.
 
 A new server (after a restart or a fork) is another server: nothing it did not answer is
 remembered. Nor is anything answered from memory while an exchange is unfinished (see
-INTERRUPTED CALLS: the next query replaces the server) or for an unusable object, which dies
-as before. The batches of mutations still go to the server, whose answers nobody waits for
-when every query is answered from memory: each answer from memory first takes in those that
-have arrived (checking them as a call would), so that they do not pile up.
+INTERRUPTED CALLS: the next query replaces the server) or for an object known to be unusable
+(the answers that have arrived are taken in first), which dies as before. The batches of
+mutations still go to the server, and nobody waits for their answers when every query is
+answered from memory: each answer from memory first takes in those that have arrived
+(checking them as a call would), so that they do not pile up.
 
 =head1 OBJECT STATE
 
@@ -345,8 +347,9 @@ sub query {
     my $at = @{ $st->{jf} };
     my $result = $self->call($st, $method, $params);
     # One statement each: a signal handler that dies (an alarm) leaves the old memo or the new.
-    if ($memo && $memo->{srv} eq $self->{srv} && keys %{ $memo->{answers} } < MEMO_ANSWERS) {
-        $memo->{answers}{$key} = ${$ANSWER};
+    # A full memo keeps the answers it has: a round's first queries, which the next round repeats.
+    if ($memo && $memo->{srv} eq $self->{srv}) {
+        $memo->{answers}{$key} = ${$ANSWER} if keys %{ $memo->{answers} } < MEMO_ANSWERS;
     } else {
         $self->{memo} = { srv => $self->{srv}, kind => _kind($st), jf => $st->{jf}, at => $at,
             answers => { $key => ${$ANSWER} } };
