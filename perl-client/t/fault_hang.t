@@ -67,8 +67,8 @@ sub answers {
         $u->score_nodes_to_start_service({ maxcpu => 2, maxmem => GiB }) ];
 }
 
-# A query that answers() does not ask: the server must answer it (one answers() asked in the
-# same state is answered from memory, see CRSBridge::Connection::query).
+# A query that answers() does not ask, so the server must answer it (a query answers() asked is
+# answered from memory in the same state, see CRSBridge::Connection::query).
 sub unasked {
     my ($u) = @_;
     return $u->score_nodes_to_start_service({ maxcpu => 1, maxmem => GiB });

@@ -46,8 +46,10 @@ my @CANDIDATES = map { { leader => "vm:$_", resources => ["vm:$_"], nodes => ['n
 sub answers {
     my ($u) = @_;
     return [ server_call($u, 'calculate_node_imbalance'),
-        server_call($u, 'score_best_balancing_migration_candidates', '"candidates":' . candidates_param(\@CANDIDATES) . ',"limit":5'),
-        server_call($u, 'score_nodes_to_start_resource', '"resource_stats":{"cpu":1,"maxcpu":2,"mem":1073741824,"maxmem":1073741824}') ];
+        server_call($u, 'score_best_balancing_migration_candidates',
+            '"candidates":' . candidates_param(\@CANDIDATES) . ',"limit":5'),
+        server_call($u, 'score_nodes_to_start_resource',
+            '"resource_stats":{"cpu":1,"maxcpu":2,"mem":1073741824,"maxmem":1073741824}') ];
 }
 
 my $usage = build($GUESTS);

@@ -236,9 +236,9 @@ sub _query {
 }
 
 # A query of the server ($method: its full name; $params: members without braces), answered
-# from memory when it repeats one (Connection::query), recorded when the flight recorder is on. A balancing query gives its $candidates (JSON) apart, $params
-# then holding the other members, each after a comma: the recorder keeps them apart (the
-# decision's candidates are its file's).
+# from memory when it repeats one (Connection::query), recorded when the flight recorder is on.
+# A balancing query gives its $candidates (JSON) apart, $params then holding the other members,
+# each after a comma: the recorder keeps them apart (the decision's candidates are its file's).
 sub _server_query {
     my ($st, $method, $params, $candidates) = @_;
     my $sent = defined $candidates ? '"candidates":' . $candidates . $params : $params;
