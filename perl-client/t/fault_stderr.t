@@ -18,6 +18,7 @@ use CRSBridgeTest;
 use FaultAid;
 use CRSBridge::Connection;
 use CRSBridge::Process;
+use CRSBridge::Records qw(candidates_param);
 use PVE::RS::ResourceScheduling::Dynamic;
 
 my $CLASS = 'PVE::RS::ResourceScheduling::Dynamic';
@@ -40,10 +41,15 @@ sub build {
 my $GUESTS = 3000;
 my @CANDIDATES = map { { leader => "vm:$_", resources => ["vm:$_"], nodes => ['n4'] } } 1 .. 50;
 
+# The drop-in's answers (as its methods return them), asked of the server each time (repeated
+# queries would be answered from memory, see CRSBridge::Connection::query).
 sub answers {
     my ($u) = @_;
-    return [ $u->calculate_node_imbalance, $u->score_best_balancing_migration_candidates(\@CANDIDATES, 5),
-        $u->score_nodes_to_start_resource({ cpu => 1, maxcpu => 2, mem => GiB, maxmem => GiB }) ];
+    return [ server_call($u, 'calculate_node_imbalance'),
+        server_call($u, 'score_best_balancing_migration_candidates',
+            '"candidates":' . candidates_param(\@CANDIDATES) . ',"limit":5'),
+        server_call($u, 'score_nodes_to_start_resource',
+            '"resource_stats":{"cpu":1,"maxcpu":2,"mem":1073741824,"maxmem":1073741824}') ];
 }
 
 my $usage = build($GUESTS);

@@ -55,7 +55,7 @@ subtest 'an alarm in the drop of an object whose adds are collected: the object 
     is(scalar(@warnings), 1, 'the alarm became a warning (in cleanup)');
     @queued = ();
     kill 'KILL', server_pid();
-    $other->calculate_node_imbalance;    # a new server: every live object is restored
+    server_call($other, 'calculate_node_imbalance');    # a new server: every live object is restored
     my $restored = () = join('', @queued) =~ /"method":"scheduler\.new"/g;
     is($restored, 1, 'only the object still alive is restored (the dropped one is not live any more)');
 };

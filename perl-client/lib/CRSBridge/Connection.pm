@@ -8,7 +8,7 @@ package CRSBridge::Connection;
 # answer, so the server works while Perl builds the rest).
 # The journals also make the server disposable: a new server (after a crash, a timeout, a fork
 # or an interrupted call) gets every live object re-created and its journal replayed before the
-# next call.
+# next call. And they tell when a query repeats one in the same state: its answer is remembered.
 
 use strict;
 use warnings;
@@ -30,14 +30,16 @@ use CRSBridge::Process;
 use constant { FIRST_CHUNK => 64, CHUNK => 250 };
 # Most journal entries in one scheduler.apply (a replay of a longer journal takes several).
 use constant APPLY_MAX => 10000;
+# Most answers remembered for one journal (see query): a round asks a few.
+use constant MEMO_ANSWERS => 16;
 
 my $CURRENT;       # the connection of this process ($CURRENT->{pid} == $$), or one inherited across fork
 my %LIVE;          # object id -> state of every live scheduler object of this process
 my $SERVERS = 0;   # servers started so far, to tell a handle's server apart from the current one
 my $PENDING = 0;    # journal entries not yet queued to the server, over all objects
 my $DUE = FIRST_CHUNK;    # ... and how many make a flush due (see journal_room)
-# The last answer read for a call (a reference to the line as the server wrote it), for
-# CRSBridge::Recorder, which records answers bit for bit.
+# The last answer read for a call or given from memory (a reference to the line as the server
+# wrote it), for CRSBridge::Recorder, which records answers bit for bit.
 our $ANSWER;
 
 =head1 NAME
@@ -63,6 +65,31 @@ yet dropped from the buffer, journal entries marked sent but not yet queued), af
 server's state would no longer be the journal's. A new server has exactly the journal's state;
 the cost is one server start after an interruption. A mutation whose call was interrupted is
 not in the journal: as for any call that dies, it did not happen.
+
+=head1 ANSWERS OF A REPEATED ROUND
+
+The HA manager rebuilds its usage every round, and in static mode the rebuilt usage and the
+candidates are mostly the same as the last round's. The server's answer to a query is a pure
+function of the server, the object's mode and imbalance formula, its journal (every mutation,
+in order: its whole state) and the query's method and params text. So C<query> remembers the
+successful answers of the most recent journal queried (a memo: the server, the mode and
+formula, a reference to that journal and its length then, and the answer lines by method and
+params, the first C<MEMO_ANSWERS>), and answers a query with the same five from memory, the
+same line as the server wrote, without a round trip. Another object whose journal has that
+length and the same entries is in the same state: the journals are compared entry by entry up
+to the first difference (a dynamic round's measured usage differs in its first node: a miss
+costs next to nothing; an identical round costs one string comparison per entry), and the memo
+then follows the newer object, whose journal the next round is compared with. A query in
+another state replaces the memo: one journal and a few answers are kept, whatever the process
+does.
+
+A new server (after a restart or a fork) is another server: nothing it did not answer is
+remembered. Nor is anything answered from memory while an exchange is unfinished (see
+INTERRUPTED CALLS: the next query replaces the server) or for an object known to be unusable
+(the answers that have arrived are taken in first), which dies as before. The batches of
+mutations still go to the server, and nobody waits for their answers when every query is
+answered from memory: each answer from memory first takes in those that have arrived
+(checking them as a call would), so that they do not pile up.
 
 =head1 OBJECT STATE
 
@@ -131,7 +158,7 @@ sub create {
     my ($self, $st) = @_;
     $st->{id} = ++$NEXT_OBJECT;
     @$st{qw(jf sent)} = ([], 0);
-    my $kind = "$st->{mode} $st->{imbalance}";
+    my $kind = _kind($st);
     if ($self->{proc} && !$self->{busy} && $self->{created}{$kind}) {
         @$st{qw(handle srv unborn)} = ("c$st->{id}", $self->{srv}, 1);
         push @{ $self->{dirty} }, $st;
@@ -295,6 +322,57 @@ sub call {
         $self->_server_failed($error, $method, $new && $new_died++);
     }
 }
+
+=item query(\%state, $method, $params_json)
+
+A read-only query (params as for C<call>, named): C<call>, unless the object's state and the
+query are those of a query already answered (see ANSWERS OF A REPEATED ROUND); then the
+remembered answer, decoded afresh (the caller may change what it gets), without asking the
+server. C<$ANSWER> is the answer line either way. Dies as C<call> does, and as
+C<check_usable> for an unusable object.
+
+=cut
+
+sub query {
+    my ($self, $st, $method, $params) = @_;
+    my $key = "$method $params";
+    my $memo = $self->_memo_for($st);
+    my $line = $memo && $memo->{answers}{$key};
+    if (defined $line) {
+        $self->_take_arrived;    # first: a refusal that has arrived poisons the object
+        check_usable($st);
+        $ANSWER = \$line;
+        return _result(_decoded($line), $st);
+    }
+    my $at = @{ $st->{jf} };
+    my $result = $self->call($st, $method, $params);
+    # One statement each: a signal handler that dies (an alarm) leaves the old memo or the new.
+    # A full memo keeps the answers it has: a round's first queries, which the next round repeats.
+    if ($memo && $memo->{srv} eq $self->{srv}) {
+        $memo->{answers}{$key} = ${$ANSWER} if keys %{ $memo->{answers} } < MEMO_ANSWERS;
+    } else {
+        $self->{memo} = { srv => $self->{srv}, kind => _kind($st), jf => $st->{jf}, at => $at,
+            answers => { $key => ${$ANSWER} } };
+    }
+    return $result;
+}
+
+# The memo if it holds $st's state (the memo then follows $st), else undef.
+sub _memo_for {
+    my ($self, $st) = @_;
+    my ($memo, $jf) = ($self->{memo}, $st->{jf});
+    return undef if !$memo || $memo->{srv} ne $self->{srv} || $self->{busy} || !$self->{proc}
+        || @$jf != $memo->{at} || $memo->{kind} ne _kind($st);
+    return $memo if $memo->{jf} == $jf;
+    my $old = $memo->{jf};
+    for my $i (0 .. $#$jf) {
+        return undef if $jf->[$i] ne $old->[$i];    # a dynamic round: at its first node
+    }
+    $memo->{jf} = $jf;    # the older journal may go with its object
+    return $memo;
+}
+
+sub _kind { return "$_[0]{mode} $_[0]{imbalance}" }
 
 sub _call_once {
     my ($self, $st, $method, $params, $positional) = @_;
@@ -551,27 +629,60 @@ sub _await {
     my ($self, $id, $deadline) = @_;
     while (1) {
         my $line = $self->{proc}->read_line($deadline);
-        if (substr($line, 0, 1) eq '[') {
-            $self->_batch_answered($line);
-            next;
-        }
-        my $answer = eval { decode_answer($line) };
-        # A die that is not the decoder's (a signal handler's: an alarm) goes on as it is.
-        die $@ if $@ ne '' && $@ !~ /, at character offset \d+/;
-        die "crs-bridge: the server sent something that is not JSON: " . substr($line, 0, 200) . "\n"
-            if ref $answer ne 'HASH';
-        if (defined $answer->{id} && $answer->{id} eq $id) {
-            $ANSWER = \$line;
-            return $answer;
-        }
-        if (!defined $answer->{id} && $answer->{error} && @{ $self->{batches} }) {
-            # A batch refused as a whole (e.g. over the server's size limit).
-            my $batch = shift @{ $self->{batches} };
-            _poison($_, $answer->{error}{message}, 'batch') for _owners($batch);
-            next;
-        }
-        die "crs-bridge: unexpected answer from the server: " . substr($line, 0, 200) . "\n";
+        my $answer = $self->_take_line($line, $id) or next;
+        $ANSWER = \$line;
+        return $answer;
     }
+}
+
+# Takes in the answers that have arrived, without waiting: a batch's that nobody waits for
+# would pile up in the read buffer and in {batches}. Not in an unfinished exchange (busy: the
+# next call replaces the server), and busy meanwhile: a signal handler that dies here (an alarm)
+# leaves a line taken out of the buffer and not yet checked, an unfinished exchange. So does a
+# dead server, which the next call replaces.
+sub _take_arrived {
+    my ($self) = @_;
+    return if $self->{busy} || !@{ $self->{batches} };
+    $self->{busy} = 1;
+    my $taken = eval {
+        while (defined(my $line = $self->{proc}->ready_line)) {
+            $self->_take_line($line, undef);
+        }
+        1;
+    };
+    my $error = $@;
+    die $error if !$taken && !(ref $error && $error->isa('CRSBridge::Process::Error'));
+    $self->{busy} = 0 if $taken;
+    return;
+}
+
+# An answer line of the server: a batch's or a refused batch's is checked (false), the one for
+# request $id is returned decoded; anything else dies.
+sub _take_line {
+    my ($self, $line, $id) = @_;
+    if (substr($line, 0, 1) eq '[') {
+        $self->_batch_answered($line);
+        return;
+    }
+    my $answer = _decoded($line);
+    return $answer if defined $id && defined $answer->{id} && $answer->{id} eq $id;
+    if (!defined $answer->{id} && $answer->{error} && @{ $self->{batches} }) {
+        # A batch refused as a whole (e.g. over the server's size limit).
+        my $batch = shift @{ $self->{batches} };
+        _poison($_, $answer->{error}{message}, 'batch') for _owners($batch);
+        return;
+    }
+    die "crs-bridge: unexpected answer from the server: " . substr($line, 0, 200) . "\n";
+}
+
+sub _decoded {
+    my ($line) = @_;
+    my $answer = eval { decode_answer($line) };
+    # A die that is not the decoder's (a signal handler's: an alarm) goes on as it is.
+    die $@ if $@ ne '' && $@ !~ /, at character offset \d+/;
+    die "crs-bridge: the server sent something that is not JSON: " . substr($line, 0, 200) . "\n"
+        if ref $answer ne 'HASH';
+    return $answer;
 }
 
 sub _batch_answered {

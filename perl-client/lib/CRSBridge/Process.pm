@@ -231,15 +231,36 @@ seconds) passes.
 sub read_line {
     my ($self, $deadline) = @_;
     while (1) {
-        my $nl = index($self->{rbuf}, "\n");
-        if ($nl >= 0) {
-            my $line = substr($self->{rbuf}, 0, $nl + 1, '');
-            chop $line;
-            $self->{answered} = 1;
-            return $line;
-        }
+        my $line = $self->_buffered_line;
+        return $line if defined $line;
         $self->_wait($deadline);
     }
+}
+
+=item ready_line()
+
+The next line from the server if it has already sent all of it, else undef: never waits (it
+reads what has arrived). Throws a C<died> error as C<read_line> does.
+
+=cut
+
+sub ready_line {
+    my ($self) = @_;
+    my $line = $self->_buffered_line;
+    return $line if defined $line || !$self->_readable(0);
+    $self->_read_ready;
+    return $self->_buffered_line;
+}
+
+# The first whole line in the read buffer, taken out of it (without its newline); undef if none.
+sub _buffered_line {
+    my ($self) = @_;
+    my $nl = index($self->{rbuf}, "\n");
+    return undef if $nl < 0;
+    my $line = substr($self->{rbuf}, 0, $nl + 1, '');
+    chop $line;
+    $self->{answered} = 1;
+    return $line;
 }
 
 sub _readable {

@@ -235,16 +235,16 @@ sub _query {
     return _server_query($st, "scheduler.$method", @params);
 }
 
-# A query of the server ($method: its full name; $params: members without braces), recorded
-# when the flight recorder is on. A balancing query gives its $candidates (JSON) apart, $params
-# then holding the other members, each after a comma: the recorder keeps them apart (the
-# decision's candidates are its file's).
+# A query of the server ($method: its full name; $params: members without braces), answered
+# from memory when it repeats one (Connection::query), recorded when the flight recorder is on.
+# A balancing query gives its $candidates (JSON) apart, $params then holding the other members,
+# each after a comma: the recorder keeps them apart (the decision's candidates are its file's).
 sub _server_query {
     my ($st, $method, $params, $candidates) = @_;
     my $sent = defined $candidates ? '"candidates":' . $candidates . $params : $params;
     my $conn = CRSBridge::Connection->instance;
-    return $conn->call($st, $method, $sent) if !$st->{rec};
-    return CRSBridge::Recorder::query($st, $method, $params, sub { $conn->call($st, $method, $sent) },
+    return $conn->query($st, $method, $sent) if !$st->{rec};
+    return CRSBridge::Recorder::query($st, $method, $params, sub { $conn->query($st, $method, $sent) },
         defined $candidates ? [$candidates] : undef);
 }
 
