@@ -18,7 +18,7 @@ use constant PIPE_SIZE => 1 << 20;
 # After asking a server to stop: how long it may take to close its output before it is killed.
 use constant STOP_SECONDS => 2;
 # How long (seconds) _wait polls for the server's answer before it sleeps in select; see _poll.
-use constant POLL_SECONDS => 300e-6;
+use constant POLL_SECONDS => 1e-3;
 my ($LOADAVG, $CPUS);    # for _cpu_free: /proc/loadavg, kept open (undef: none), and the CPUs online
 
 =head1 NAME
