@@ -133,9 +133,9 @@ sub _resource_adder {
     my ($method, $param) = @_;
     return sub {
         check_arity($method, \@_, 'this', 'sid', $param) if @_ != 3;
-        my $st = ref $_[0] && _reftype($_[0]) eq 'HASH' && $_[0]{_crs} || _state($_[0]);
+        my ($self, $sid, $r) = @_;
+        my $st = ref $self && _reftype($self) eq 'HASH' && $self->{_crs} || _state($_[0]);
         FAST: {
-            my ($sid, $r) = @_[1, 2];
             last FAST if ref $r ne 'HASH' || !defined $sid || ref $sid || plain_number($sid)
                 || $sid eq '' || $sid =~ tr/\x00-\x1f"\\//;
             my ($s, $running, $current, $target) = @$r{ 'stats', 'running', 'current-node', 'target-node' };
@@ -185,7 +185,7 @@ sub _resource_adder {
             return;
         }
         _settle_adds() if $ADDING;
-        my $sid = arg_string($_[1]);
+        $sid = arg_string($_[1]);
         my ($json, $refused, $current, $target, $maxmem) = resource_param($_[2], $st->{mode}, $param);
         $refused ||= $sid eq '' || $st->{mirror}->memory_risk($maxmem);
         _mutate($st, $method, json_str($sid) . ",$json", $refused, add_resource => $sid, $current, $target, $maxmem);
