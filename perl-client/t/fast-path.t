@@ -93,6 +93,32 @@ for my $case (
     };
 }
 
+# Core counts as the HA manager reads them (a measured usage has all 17 digits): the fast path
+# writes them with sprintf(JSON_NUM), integral ones as integers; the text must be the exact
+# decoders' (json_num), and read back as the same double.
+subtest 'core counts: the fast path writes what json_num writes' => sub {
+    my @cores = (0.1, 1 / 3, 0.7123456789012345, 15.184, 2**-1074, 1e-7, 123456.789, 2**52 + 0.5, 0, 7, 8.0, 2**53);
+    for my $case ([ 'static', \&static_cluster, 'add_service' ], [ 'dynamic', \&dynamic_cluster, 'add_resource' ]) {
+        my ($mode, $cluster, $add) = @$case;
+        my ($fast, $slow) = ($cluster->(), $cluster->());
+        $exact = 0;
+        for my $i (0 .. $#cores) {
+            my $stats = $mode eq 'static' ? { maxcpu => $cores[$i], maxmem => GiB }
+                : { cpu => $cores[$i], maxcpu => $cores[$i], mem => 0, maxmem => GiB };
+            $fast->$add("vm:$i", { stats => {%$stats}, running => 1, 'current-node' => 'n1' });
+            $slow->$add("vm:$i", { stats => { map { ($_ => \$stats->{$_}) } keys %$stats }, running => 1,
+                'current-node' => 'n1' });
+        }
+        is($exact, scalar @cores, "$mode: the referenced ones decoded exactly, the plain ones not");
+        my @entries = @{ journal($fast) }[ -@cores .. -1 ];
+        is_deeply(\@entries, [ @{ journal($slow) }[ -@cores .. -1 ] ], "$mode: the same journal entries");
+        my @read = map { /"maxcpu":([^,}]+)/ ? $1 : 'none' } @entries;
+        is_deeply([ map { unpack('H*', pack('d>', $_)) } @read ], [ map { unpack('H*', pack('d>', $_)) } @cores ],
+            "$mode: each reads back as the same double");
+        is_deeply([ grep { /[.e]/ } @read[ -4 .. -1 ] ], [], "$mode: integral ones as integers");
+    }
+};
+
 subtest 'dynamic node stats: the fast path journals what the exact decoders journal' => sub {
     my $decoded = 0;
     no warnings 'redefine';

@@ -9,7 +9,7 @@ use warnings;
 use CRSBridge::Args qw(
     check_arity check_invocant arg_string arg_str arg_usize arg_f64 check_finite plain_number MAX_CORES MAX_BYTES
 );
-use CRSBridge::Codec qw(json_str json_int json_num json_str_list);
+use CRSBridge::Codec qw(json_str json_int json_num json_str_list JSON_NUM);
 use CRSBridge::Config;
 use CRSBridge::Connection;
 use CRSBridge::Mirror;
@@ -133,9 +133,9 @@ sub _resource_adder {
     my ($method, $param) = @_;
     return sub {
         check_arity($method, \@_, 'this', 'sid', $param) if @_ != 3;
-        my $st = ref $_[0] && _reftype($_[0]) eq 'HASH' && $_[0]{_crs} || _state($_[0]);
+        my ($self, $sid, $r) = @_;
+        my $st = ref $self && _reftype($self) eq 'HASH' && $self->{_crs} || _state($_[0]);
         FAST: {
-            my ($sid, $r) = @_[1, 2];
             last FAST if ref $r ne 'HASH' || !defined $sid || ref $sid || plain_number($sid)
                 || $sid eq '' || $sid =~ tr/\x00-\x1f"\\//;
             my ($s, $running, $current, $target) = @$r{ 'stats', 'running', 'current-node', 'target-node' };
@@ -151,7 +151,7 @@ sub _resource_adder {
                 # NaN fails the comparisons.
                 last FAST if !plain_number($maxcpu) || !plain_number($maxmem)
                     || !($maxcpu >= 0 && $maxcpu <= MAX_CORES && $maxmem >= 0 && $maxmem <= MAX_BYTES);
-                $stats = '{"maxcpu":' . ($maxcpu == int($maxcpu) ? int($maxcpu) : json_num($maxcpu))
+                $stats = '{"maxcpu":' . ($maxcpu == int($maxcpu) ? int($maxcpu) : sprintf(JSON_NUM, $maxcpu))
                     . ',"maxmem":' . int($maxmem) . '}';
             } else {
                 my ($cpu, $maxcpu, $mem);
@@ -160,12 +160,14 @@ sub _resource_adder {
                     if !plain_number($cpu) || !plain_number($maxcpu) || !plain_number($mem) || !plain_number($maxmem)
                     || !($cpu >= 0 && $cpu <= MAX_CORES && $maxcpu >= 0 && $maxcpu <= MAX_CORES)
                     || !($mem >= 0 && $mem <= MAX_BYTES && $maxmem >= 0 && $maxmem <= MAX_BYTES);
-                $stats = '{"cpu":' . ($cpu == int($cpu) ? int($cpu) : json_num($cpu))
-                    . ',"maxcpu":' . ($maxcpu == int($maxcpu) ? int($maxcpu) : json_num($maxcpu))
+                $stats = '{"cpu":' . ($cpu == int($cpu) ? int($cpu) : sprintf(JSON_NUM, $cpu))
+                    . ',"maxcpu":' . ($maxcpu == int($maxcpu) ? int($maxcpu) : sprintf(JSON_NUM, $maxcpu))
                     . ',"mem":' . int($mem) . ',"maxmem":' . int($maxmem) . '}';
             }
-            my $entry = qq(["$method","$sid",{"stats":$stats,"running":) . ($running ? 'true' : 'false')
-                . qq(,"current-node":"$current") . (defined $target ? qq(,"target-node":"$target"}]) : '}]');
+            # One concatenation (qq() strings would each be one of their own).
+            my $entry = '["' . $method . '","' . $sid . '",{"stats":' . $stats . ',"running":'
+                . ($running ? 'true' : 'false') . ',"current-node":"' . $current
+                . (defined $target ? '","target-node":"' . $target . '"}]' : '"}]');
             # Names with characters past Latin-1 (one test for all three): arg_string checks them.
             last FAST if utf8::is_utf8($entry);
             # The object's batch, opened at its first add since anything else was done.
@@ -183,7 +185,7 @@ sub _resource_adder {
             return;
         }
         _settle_adds() if $ADDING;
-        my $sid = arg_string($_[1]);
+        $sid = arg_string($_[1]);
         my ($json, $refused, $current, $target, $maxmem) = resource_param($_[2], $st->{mode}, $param);
         $refused ||= $sid eq '' || $st->{mirror}->memory_risk($maxmem);
         _mutate($st, $method, json_str($sid) . ",$json", $refused, add_resource => $sid, $current, $target, $maxmem);
