@@ -41,7 +41,8 @@ with open(trace, encoding="utf-8") as lines:
             request = line.split("] ", 1)[1].rstrip("\n").encode()
         elif " <-- " in line and request is not None:
             answer = line.split(" ms ", 1)[1].rstrip("\n")
-            answer = answer.split("] ", 1)[1] if answer.startswith("[") and "] " in answer and answer[1:2].isalpha() else answer
+            if answer.startswith("[") and answer[1:2].isalpha():  # the phases' times in brackets
+                answer = answer.split("] ", 1)[1]
             pairs.append((request, None if answer == "(no response)" else answer.encode()))
             request = None
 
