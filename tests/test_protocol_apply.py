@@ -250,18 +250,8 @@ def test_a_handle_of_the_clients_choosing_serves_a_batch_sent_before_any_answer(
     query in the same batch, before any answer, and gets what a server-chosen handle gives."""
     batch = [
         bridge.message("scheduler.new", {"mode": "static", "scheduler": "mine"}, 1),
-        bridge.message(
-            "scheduler.apply",
-            [
-                "mine",
-                [
-                    ["add_node", "n1", 8, 16 * GiB],
-                    ["add_node", "n2", 8, 16 * GiB],
-                    ["add_service", "vm:1", service("n1", 4.0)],
-                ],
-            ],
-            2,
-        ),
+        bridge.message("scheduler.apply", ["mine", [["add_node", "n1", 8, 16 * GiB], ["add_node", "n2", 8, 16 * GiB],
+                                                    ["add_service", "vm:1", service("n1", 4.0)]]], 2),
         bridge.message("scheduler.calculate_node_imbalance", ["mine"], 3),
     ]
     bridge.send(batch)
@@ -269,17 +259,8 @@ def test_a_handle_of_the_clients_choosing_serves_a_batch_sent_before_any_answer(
     assert answers[1]["result"] == {"scheduler": "mine"}
     assert answers[2]["result"] is None
     reference = new(bridge, "static")
-    bridge.call(
-        "scheduler.apply",
-        [
-            reference,
-            [
-                ["add_node", "n1", 8, 16 * GiB],
-                ["add_node", "n2", 8, 16 * GiB],
-                ["add_service", "vm:1", service("n1", 4.0)],
-            ],
-        ],
-    )
+    bridge.call("scheduler.apply", [reference, [["add_node", "n1", 8, 16 * GiB], ["add_node", "n2", 8, 16 * GiB],
+                                                ["add_service", "vm:1", service("n1", 4.0)]]])
     assert answers[3]["result"] == bridge.call("scheduler.calculate_node_imbalance", [reference]) > 0
     bridge.call("scheduler.free", {"scheduler": reference})
 
