@@ -26,11 +26,16 @@ METHODS: tuple[Method, ...] = ("bruteforce", "topsis")
 
 #: Exact imbalances of all candidates cost some 15 + 2n NumPy calls and work on the candidates x
 #: nodes cells (:func:`core.whatif.exact_load_sums`); bounding first some 70 calls and work per
-#: candidate. Measured on 3 to 64 nodes: the exact computation of all costs less up to 32 nodes
-#: and this many cells (900 candidates on 4 nodes: 30 us against 85; 30000 on 4: 0.56 ms against
-#: 0.91; 5000 on 32: 0.24 ms against 0.18).
-_EXACT_ALL_CELLS = 1 << 17
+#: candidate. Measured (a whole bruteforce call) on 2 to 64 nodes: the exact computation of all
+#: costs less up to 32 nodes and this many cells (900 candidates on 4 nodes: 30 us against 85;
+#: 8000 on 4: 0.36 ms against 0.59; 1000 on 32: 0.12 ms both), bounding first beyond (4000 on
+#: 16: 0.23 ms against 0.22; 500 on 64: 0.12 against 0.10).
+_EXACT_ALL_CELLS = 1 << 15
 _EXACT_ALL_NODES = 32
+
+#: Below this many candidates, a selection with a threshold checks every one exactly (in input
+#: order, stopping at the first within it) rather than bounding first.
+_SELECT_EXACT_ALL_BELOW = 64
 
 #: Candidates bounded at a time. Temporaries of this size stay in cache and in malloc's heap;
 #: whole-batch ones are mmapped and page-faulted afresh on every call (half the time at 100k).
@@ -290,7 +295,7 @@ def _first_within(batch: CandidateBatch, threshold: float, formula: Formula) -> 
     if len(batch) == 0:
         return None
     w = what_if(batch)
-    if _exact_all_cheaper(len(batch), len(batch.view)):
+    if len(batch) <= _SELECT_EXACT_ALL_BELOW:
         maybe = np.arange(len(batch))
     else:
         maybe = np.concatenate([start + np.flatnonzero(lo <= threshold) for start, lo, _ in _block_bounds(w, formula)])
