@@ -104,7 +104,7 @@ def rows_by_node(nodes: np.ndarray, n: int) -> NodeRows:
 
 
 #: Cells (candidates x nodes) of the load matrix :func:`exact_load_sums` fills at a time: 2 MiB of
-#: float64, within the heap's reused memory (:mod:`bridge.memory`) and near the caches.
+#: float64, so that many candidates on many nodes are summed in pieces of about the caches' size.
 DENSE_CELLS = 1 << 18
 
 
