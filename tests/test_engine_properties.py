@@ -332,12 +332,14 @@ EXACT_ALL_CELLS = st.sampled_from([0, core.scheduler._EXACT_ALL_CELLS])
 DENSE_CELLS = st.sampled_from([1, 50, core.whatif.DENSE_CELLS])
 
 
-def paths(exact_all_cells: int, dense_cells: int):
+@contextlib.contextmanager
+def paths(exact_all_cells: int = core.scheduler._EXACT_ALL_CELLS, dense_cells: int = core.whatif.DENSE_CELLS):
     """The engine with bruteforce's paths chosen (see :data:`EXACT_ALL_CELLS`, :data:`DENSE_CELLS`)."""
-    stack = contextlib.ExitStack()
-    stack.enter_context(mock.patch.object(core.scheduler, "_EXACT_ALL_CELLS", exact_all_cells))
-    stack.enter_context(mock.patch.object(core.whatif, "DENSE_CELLS", dense_cells))
-    return stack
+    with (
+        mock.patch.object(core.scheduler, "_EXACT_ALL_CELLS", exact_all_cells),
+        mock.patch.object(core.whatif, "DENSE_CELLS", dense_cells),
+    ):
+        yield
 
 
 @given(scenarios(many=True), BLOCKS, EXACT_ALL_CELLS, DENSE_CELLS)
@@ -348,8 +350,9 @@ def test_many_candidates_match_reference(scn, block, exact_all_cells, dense_cell
     candidates = ref.expand(usage, scn.bundles)
     assert len(candidates) > 64
     label(view, candidates, scn.formula)
-    event("bounded path" if 0 < 2 * scn.limit < len(candidates) and not exact_all_cells else "exact path")
     with mock.patch.object(core.scheduler, "_BOUND_BLOCK", block), paths(exact_all_cells, dense_cells):
+        exact = core.scheduler._exact_all_cheaper(len(candidates), len(s.list_nodes()))
+        event("bounded path" if 0 < 2 * scn.limit < len(candidates) and not exact else "exact path")
         brute = s.score_best_balancing_migration_candidates(scn.bundles, scn.limit)
     assert scored_bits(brute) == scored_bits(ref.bruteforce(view, candidates, scn.limit, scn.formula))
     topsis = s.score_best_balancing_migration_candidates_topsis(scn.bundles, scn.limit)
@@ -381,7 +384,7 @@ def test_select_matches_reference(scn, block, exact_all_cells, data):
     candidates = ref.expand(usage, scn.bundles)
     values = [ref.migration_imbalance(view, c, scn.formula) for c in candidates]
     threshold = data.draw(thresholds(values), label="threshold")
-    with mock.patch.object(core.scheduler, "_BOUND_BLOCK", block), paths(exact_all_cells, core.whatif.DENSE_CELLS):
+    with mock.patch.object(core.scheduler, "_BOUND_BLOCK", block), paths(exact_all_cells):
         chosen = s.select_best_balancing_migration(scn.bundles, threshold)
     expected = ref.select_best(view, candidates, scn.formula, threshold)
     assert (chosen is None) == (expected is None)
@@ -511,7 +514,7 @@ def test_exact_imbalances_one_at_a_time_equal_the_vectorised_ones(scn, dense_cel
     few = core.scheduler._ONE_AT_A_TIME_UP_TO
     rows = np.array(data.draw(st.lists(st.integers(0, len(batch) - 1), max_size=few), label="rows"), dtype=np.int64)
     one_at_a_time = core.scheduler.exact_imbalances(w, rows, scn.formula)
-    with mock.patch.object(core.scheduler, "_ONE_AT_A_TIME_UP_TO", -1), paths(0, dense_cells):
+    with mock.patch.object(core.scheduler, "_ONE_AT_A_TIME_UP_TO", -1), paths(dense_cells=dense_cells):
         vectorised = core.scheduler.exact_imbalances(w, rows, scn.formula)
     assert one_at_a_time.tobytes() == vectorised.tobytes()
 
@@ -537,7 +540,7 @@ def assert_bruteforce_matches_reference(nodes, candidates, formula: str, thresho
     view = NodeView.from_stats([name for name, _ in nodes], [stats for _, stats in nodes])
     batch = batch_from_candidates(view, [MigrationCandidate(m, stats) for m, stats in candidates])
     for exact_all_cells in (0, core.scheduler._EXACT_ALL_CELLS):
-        with paths(exact_all_cells, core.whatif.DENSE_CELLS):
+        with paths(exact_all_cells):
             best = core.scheduler.score_migrations(batch, 3, "bruteforce", formula)
             chosen = core.scheduler.select_best_migration(batch, "bruteforce", formula, threshold)
         assert scored_bits(best) == scored_bits(ref.bruteforce(nodes, candidates, 3, formula))
