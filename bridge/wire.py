@@ -401,10 +401,12 @@ def unsigned(value: float | None) -> float | None:
 
 def resource_stats(stats: Any) -> ResourceStats:
     """Stats of a resource: static (``maxcpu``/``maxmem``, also the running usage) or dynamic."""
+    # unsigned() inline (its fields are never None): a round adds hundreds of resources, and the
+    # calls were a tenth of their placing (128 dynamic adds: 51 us placed, 46 so).
     if type(stats) is StaticStats:
-        cores = unsigned(stats.maxcpu)
+        cores = stats.maxcpu + 0.0
         return ResourceStats(cores, cores, stats.maxmem, stats.maxmem)
-    return ResourceStats(unsigned(stats.cpu), unsigned(stats.maxcpu), stats.mem, stats.maxmem)
+    return ResourceStats(stats.cpu + 0.0, stats.maxcpu + 0.0, stats.mem, stats.maxmem)
 
 
 def start_stats(stats: Any, mode: str) -> ResourceStats:

@@ -319,17 +319,24 @@ def _target_positions(index: dict[str, int], nodes: Sequence[Sequence[str]]) -> 
     distinct = list(first) if names_of is None else list(map(names_of, first))
     if not distinct:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    lengths = np.fromiter(map(len, distinct), dtype=np.int64, count=len(distinct))
+    widths = list(map(len, distinct))
     # The distinct lists one after the other, looked up in one pass (not one per list: a round
     # of bundles with hundreds of distinct lists of a few dozen names each spent more time
     # starting the passes than in them).
     try:
         names = itertools.chain.from_iterable(distinct)
-        table = np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=int(lengths.sum()))
+        table = np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=sum(widths))
     except KeyError:
         return None
-    # Row i takes distinct list dense[i]: counts[i] positions from its start in the table.
+    # Row i takes distinct list dense[i].
     dense = np.searchsorted(np.fromiter(first.values(), dtype=np.int64, count=len(first)), firsts)
+    width = widths[0]
+    if widths.count(width) == len(widths):
+        # Lists of one length (all nodes but the guest's own) are a table's rows: one gather, not
+        # the offsets' steps below (30 bundles: 9 us instead of 15; 300: 28 instead of 35).
+        return table.reshape(len(distinct), width)[dense].reshape(-1), np.full(len(keys), width, dtype=np.int64)
+    # Else counts[i] positions from its start in the table.
+    lengths = np.array(widths, dtype=np.int64)
     counts = lengths[dense]
     starts = np.cumsum(lengths) - lengths
     row_offsets = np.cumsum(counts) - counts

@@ -24,8 +24,18 @@ from .whatif import WhatIf, exact_load_sums, exact_square_sums, rows_by_node, wh
 Method = Literal["bruteforce", "topsis"]
 METHODS: tuple[Method, ...] = ("bruteforce", "topsis")
 
-#: Below this many candidates the exact computation of all is cheaper than bounding first.
-_EXACT_ALL_BELOW = 64
+#: Exact imbalances of all candidates cost some 15 + 2n NumPy calls and work on the candidates x
+#: nodes cells (:func:`core.whatif.exact_load_sums`); bounding first some 70 calls and work per
+#: candidate. Measured (a whole bruteforce call) on 2 to 64 nodes: the exact computation of all
+#: costs less up to 32 nodes and this many cells (900 candidates on 4 nodes: 30 us against 85;
+#: 8000 on 4: 0.36 ms against 0.59; 1000 on 32: 0.12 ms both), bounding first beyond (4000 on
+#: 16: 0.23 ms against 0.22; 500 on 64: 0.12 against 0.10).
+_EXACT_ALL_CELLS = 1 << 15
+_EXACT_ALL_NODES = 32
+
+#: Below this many candidates, a selection with a threshold checks every one exactly (in input
+#: order, stopping at the first within it) rather than bounding first.
+_SELECT_EXACT_ALL_BELOW = 64
 
 #: Candidates bounded at a time. Temporaries of this size stay in cache and in malloc's heap;
 #: whole-batch ones are mmapped and page-faulted afresh on every call (half the time at 100k).
@@ -34,13 +44,10 @@ _BOUND_BLOCK = 16384
 #: No candidate rows, and no imbalances.
 _NO_ROWS = (np.empty(0, dtype=np.int64), np.empty(0))
 
-#: Up to this many candidates, exact imbalances are computed one candidate at a time: the
-#: vectorised sums cost some 15 NumPy calls per node whatever the count (at 1024 nodes, 7 ms
-#: for the 10 rows a TOPSIS call asks for, against 1.5 ms one at a time). 60 candidates on 16
-#: nodes took 77 us one at a time, 125 us vectorised; on 3 nodes 30 and 27 us with warm caches,
-#: but in a server between HA rounds' calls (cold) one at a time scored a 3 x 30 round 25 us
-#: sooner (its scoring 157 us instead of 182).
-_ONE_AT_A_TIME_UP_TO = 64
+#: Up to this many candidates, exact imbalances are computed one candidate at a time, in Python:
+#: some 0.3 us per node each, against a fixed 15 us and more of :func:`core.whatif.exact_load_sums`
+#: (they cost the same at 10 to 15 candidates, on 3 and on 1024 nodes alike).
+_ONE_AT_A_TIME_UP_TO = 12
 
 
 def check_limit(limit: object) -> int:
@@ -101,7 +108,7 @@ def _contenders(w: WhatIf, k: int, formula: Formula) -> np.ndarray:
     """Rows that can still be among the ``k`` best: every row whose lower bound is not above
     the k-th smallest upper bound (bounds truncated, as the values they bound will be)."""
     count = len(w.batch)
-    if count <= max(_EXACT_ALL_BELOW, 2 * k):
+    if count <= 2 * k or _exact_all_cheaper(count, len(w.batch.view)):
         return np.arange(count)
     smallest_hi = np.empty(0)  # the k smallest upper bounds so far; the k-th is the cut
     kept_rows, kept_lo = [], []
@@ -116,6 +123,12 @@ def _contenders(w: WhatIf, k: int, formula: Formula) -> np.ndarray:
         kept_lo.append(lo[rows])
     rows, lo = np.concatenate(kept_rows), np.concatenate(kept_lo)
     return rows[lo <= smallest_hi.max()]
+
+
+def _exact_all_cheaper(count: int, n: int) -> bool:
+    """Whether exact imbalances of all ``count`` candidates on ``n`` nodes cost less than bounding
+    them first (see :data:`_EXACT_ALL_CELLS`)."""
+    return n <= _EXACT_ALL_NODES and count * n <= _EXACT_ALL_CELLS
 
 
 def _block_bounds(w: WhatIf, formula: Formula):
@@ -282,7 +295,7 @@ def _first_within(batch: CandidateBatch, threshold: float, formula: Formula) -> 
     if len(batch) == 0:
         return None
     w = what_if(batch)
-    if len(batch) <= _EXACT_ALL_BELOW:
+    if len(batch) <= _SELECT_EXACT_ALL_BELOW:
         maybe = np.arange(len(batch))
     else:
         maybe = np.concatenate([start + np.flatnonzero(lo <= threshold) for start, lo, _ in _block_bounds(w, formula)])

@@ -103,22 +103,50 @@ def rows_by_node(nodes: np.ndarray, n: int) -> NodeRows:
     return [order[bounds[j] : bounds[j + 1]] for j in range(n)]
 
 
+#: Cells (candidates x nodes) of the load matrix :func:`exact_load_sums` fills at a time: 2 MiB of
+#: float64, so that many candidates on many nodes are summed in pieces of about the caches' size.
+DENSE_CELLS = 1 << 18
+
+
 def exact_load_sums(loads: np.ndarray, w: WhatIf, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For candidate ``rows``: the left-to-right sum of node loads after the move, and the
-    left-to-right sum of squared deviations from their mean (the two sums of the imbalance)."""
+    left-to-right sum of squared deviations from their mean (the two sums of the imbalance).
+
+    Formed on a (nodes x rows) matrix of the new loads, a node's row added at a time: 2 NumPy
+    calls per node and some 15 in all, against some 40 per node fixing up the two changed terms
+    of running sums (900 candidates on 4 nodes: 30 us against 67; 10 on 1024 nodes: 0.65 ms
+    against 4). Rows are taken :data:`DENSE_CELLS` cells at a time; no rows give empty sums.
+    """
     n, batch = len(loads), w.batch
     a, b = batch.src[rows], batch.tgt[rows]
     la, lb = w.load_src[rows], w.load_tgt[rows]
-    groups = rows_by_node(a, n), rows_by_node(b, n)
-    total = replaced_sums(n, loads.__getitem__, a, la, b, lb, groups)
-    mean = total / n
-    da, db = la - mean, lb - mean
+    step = max(1, DENSE_CELLS // max(n, 1))
+    if len(rows) <= step:
+        return _dense_load_sums(loads, a, la, b, lb)
+    parts = [_dense_load_sums(loads, *(x[i : i + step] for x in (a, la, b, lb))) for i in range(0, len(rows), step)]
+    return np.concatenate([t for t, _ in parts]), np.concatenate([s for _, s in parts])
 
-    def deviation_squared(j: int) -> np.ndarray:
-        d = loads[j] - mean
-        return d * d
 
-    squares = replaced_sums(n, deviation_squared, a, da * da, b, db * db, groups)
+def _dense_load_sums(
+    loads: np.ndarray, a: np.ndarray, la: np.ndarray, b: np.ndarray, lb: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`exact_load_sums` of rows that move nodes ``a``/``b`` to loads ``la``/``lb``."""
+    n, rows = len(loads), len(a)
+    new = np.empty((n, rows))  # new[j, i]: node j's load after row i's move
+    new[:] = loads[:, None]
+    cells, at = new.reshape(-1), np.arange(rows)
+    cells[a * rows + at] = la
+    cells[b * rows + at] = lb
+    # Explicit additions node after node, not np.sum: NumPy does not promise the order of its
+    # sums, and these must be left to right (math.md), as node_imbalance adds them.
+    total = np.zeros(rows)
+    for j in range(n):
+        total += new[j]
+    new -= total / n
+    new *= new
+    squares = np.zeros(rows)
+    for j in range(n):
+        squares += new[j]
     return total, squares
 
 

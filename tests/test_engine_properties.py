@@ -8,6 +8,7 @@ and duplicate targets, and ties. ``CRS_PROPERTY_EXAMPLES`` scales the example co
 
 from __future__ import annotations
 
+import contextlib
 import math
 import struct
 from dataclasses import dataclass, field
@@ -325,17 +326,33 @@ def test_migration_scoring_matches_reference(scn):
 
 #: Candidates bounded per block by the engine: small ones make several blocks out of a few hundred.
 BLOCKS = st.sampled_from([7, 64, core.scheduler._BOUND_BLOCK])
+#: Cells of candidates x nodes up to which bruteforce computes all candidates exactly (0: it
+#: bounds them first whenever it may), and cells of the load matrix filled at a time.
+EXACT_ALL_CELLS = st.sampled_from([0, core.scheduler._EXACT_ALL_CELLS])
+DENSE_CELLS = st.sampled_from([1, 50, core.whatif.DENSE_CELLS])
 
 
-@given(scenarios(many=True), BLOCKS)
-def test_many_candidates_match_reference(scn, block):
-    """More than 64 candidates: bruteforce takes the bounded path (scheduler._contenders)."""
+@contextlib.contextmanager
+def paths(exact_all_cells: int = core.scheduler._EXACT_ALL_CELLS, dense_cells: int = core.whatif.DENSE_CELLS):
+    """The engine with bruteforce's paths chosen (see :data:`EXACT_ALL_CELLS`, :data:`DENSE_CELLS`)."""
+    with (
+        mock.patch.object(core.scheduler, "_EXACT_ALL_CELLS", exact_all_cells),
+        mock.patch.object(core.whatif, "DENSE_CELLS", dense_cells),
+    ):
+        yield
+
+
+@given(scenarios(many=True), BLOCKS, EXACT_ALL_CELLS, DENSE_CELLS)
+def test_many_candidates_match_reference(scn, block, exact_all_cells, dense_cells):
+    """More than 64 candidates: bruteforce bounds them first (scheduler._contenders) or computes
+    all exactly, the load matrix in one block or in several."""
     s, usage, view = both(scn)
     candidates = ref.expand(usage, scn.bundles)
     assert len(candidates) > 64
     label(view, candidates, scn.formula)
-    event("bounded path" if 0 < 2 * scn.limit < len(candidates) else "exact path")
-    with mock.patch.object(core.scheduler, "_BOUND_BLOCK", block):
+    with mock.patch.object(core.scheduler, "_BOUND_BLOCK", block), paths(exact_all_cells, dense_cells):
+        exact = core.scheduler._exact_all_cheaper(len(candidates), len(s.list_nodes()))
+        event("bounded path" if 0 < 2 * scn.limit < len(candidates) and not exact else "exact path")
         brute = s.score_best_balancing_migration_candidates(scn.bundles, scn.limit)
     assert scored_bits(brute) == scored_bits(ref.bruteforce(view, candidates, scn.limit, scn.formula))
     topsis = s.score_best_balancing_migration_candidates_topsis(scn.bundles, scn.limit)
@@ -361,13 +378,13 @@ def thresholds(draw, values: list[float]) -> float | None:
     return draw(st.one_of(choices))
 
 
-@given(st.one_of(scenarios(), scenarios(many=True)), BLOCKS, st.data())
-def test_select_matches_reference(scn, block, data):
+@given(st.one_of(scenarios(), scenarios(many=True)), BLOCKS, EXACT_ALL_CELLS, st.data())
+def test_select_matches_reference(scn, block, exact_all_cells, data):
     s, usage, view = both(scn)
     candidates = ref.expand(usage, scn.bundles)
     values = [ref.migration_imbalance(view, c, scn.formula) for c in candidates]
     threshold = data.draw(thresholds(values), label="threshold")
-    with mock.patch.object(core.scheduler, "_BOUND_BLOCK", block):
+    with mock.patch.object(core.scheduler, "_BOUND_BLOCK", block), paths(exact_all_cells):
         chosen = s.select_best_balancing_migration(scn.bundles, threshold)
     expected = ref.select_best(view, candidates, scn.formula, threshold)
     assert (chosen is None) == (expected is None)
@@ -487,15 +504,17 @@ def test_shared_margins_contain_each_rows_bounds(case, formula):
     assert (shared[0] <= own[0]).all() and (shared[1] >= own[1]).all()
 
 
-@given(scenarios(many=True), st.data())
-def test_exact_imbalances_one_at_a_time_equal_the_vectorised_ones(scn, data):
-    """core.scheduler.exact_imbalances takes up to 32 rows one at a time, more in NumPy: the same bits."""
+@given(scenarios(many=True), DENSE_CELLS, st.data())
+def test_exact_imbalances_one_at_a_time_equal_the_vectorised_ones(scn, dense_cells, data):
+    """core.scheduler.exact_imbalances takes a few rows one at a time, more in NumPy (the load
+    matrix in one block or in several): the same bits."""
     s, _, _ = both(scn)
     batch = s.candidate_batch(scn.bundles)
     w = what_if(batch)
-    rows = np.array(data.draw(st.lists(st.integers(0, len(batch) - 1), max_size=32), label="rows"), dtype=np.int64)
+    few = core.scheduler._ONE_AT_A_TIME_UP_TO
+    rows = np.array(data.draw(st.lists(st.integers(0, len(batch) - 1), max_size=few), label="rows"), dtype=np.int64)
     one_at_a_time = core.scheduler.exact_imbalances(w, rows, scn.formula)
-    with mock.patch.object(core.scheduler, "_ONE_AT_A_TIME_UP_TO", -1):
+    with mock.patch.object(core.scheduler, "_ONE_AT_A_TIME_UP_TO", -1), paths(dense_cells=dense_cells):
         vectorised = core.scheduler.exact_imbalances(w, rows, scn.formula)
     assert one_at_a_time.tobytes() == vectorised.tobytes()
 
@@ -516,13 +535,16 @@ def tiny_load_clusters(draw) -> tuple[list[tuple[str, NodeStats]], list[tuple[Mi
 
 
 def assert_bruteforce_matches_reference(nodes, candidates, formula: str, threshold: float) -> None:
-    """The engine's top 3 by bruteforce, and its selection with ``threshold``, are the reference's."""
+    """The engine's top 3 by bruteforce, and its selection with ``threshold``, are the reference's,
+    on the bounded path and on the exact one."""
     view = NodeView.from_stats([name for name, _ in nodes], [stats for _, stats in nodes])
     batch = batch_from_candidates(view, [MigrationCandidate(m, stats) for m, stats in candidates])
-    best = core.scheduler.score_migrations(batch, 3, "bruteforce", formula)
-    assert scored_bits(best) == scored_bits(ref.bruteforce(nodes, candidates, 3, formula))
-    chosen = core.scheduler.select_best_migration(batch, "bruteforce", formula, threshold)
-    assert scored_bits([chosen]) == scored_bits([ref.select_best(nodes, candidates, formula, threshold)])
+    for exact_all_cells in (0, core.scheduler._EXACT_ALL_CELLS):
+        with paths(exact_all_cells):
+            best = core.scheduler.score_migrations(batch, 3, "bruteforce", formula)
+            chosen = core.scheduler.select_best_migration(batch, "bruteforce", formula, threshold)
+        assert scored_bits(best) == scored_bits(ref.bruteforce(nodes, candidates, 3, formula))
+        assert scored_bits([chosen]) == scored_bits([ref.select_best(nodes, candidates, formula, threshold)])
 
 
 @given(tiny_load_clusters(), st.sampled_from(["normalized", "raw"]))
