@@ -94,8 +94,7 @@ sub _mutate {
     if ($refused) {
         $st->{mirror}->check($op, @args);
         die $refused if $refused =~ /\n\z/;
-        $conn->call_mutation($st, $method, $args);
-        $st->{mirror}->$op(@args);
+        $conn->call_mutation($st, $method, $args, sub { $st->{mirror}->$op(@args) });
         return;
     }
     $conn->mutate($st, $method, $args, sub { $st->{mirror}->$op(@args) });
