@@ -312,4 +312,14 @@ subtest 'rounds answered from memory leave no answers piling up' => sub {
     cmp_ok(length $conn->{proc}{rbuf}, '<', 1000, 'the read buffer holds no more than a line');
 };
 
+subtest 'objects without mutations, answered from memory, leave no states piling up' => sub {
+    # A new object of a mode the server has seen waits for the next batch to be created there
+    # (Connection::create); answered from memory, its queries send no batch.
+    my $conn = CRSBridge::Connection->instance;
+    PVE::RS::ResourceScheduling::Static->new->calculate_node_imbalance for 1 .. 2;    # remembered
+    my ($asked) = asked(sub { PVE::RS::ResourceScheduling::Static->new->calculate_node_imbalance for 1 .. 1000 });
+    is($asked, 0, '1000 new objects answered from memory');
+    cmp_ok(scalar @{ $conn->{dirty} }, '<=', CRSBridge::Connection::CHUNK, 'objects awaiting a batch: at most a batch of them');
+};
+
 done_testing();

@@ -168,6 +168,9 @@ sub create {
         $self->{created}{$kind} = 1;
     }
     $LIVE{ $st->{id} } = $st;
+    # Creations wait for a batch, which a process answered from memory and making no mutations
+    # never sends: they would pile up.
+    $self->_flush_quietly if @{ $self->{dirty} } >= CHUNK;
     return;
 }
 
