@@ -12,6 +12,7 @@ use lib "$FindBin::Bin/lib", "$FindBin::Bin/../lib";
 use IO::Handle;
 use Test::More;
 use CRSBridge::Process;
+use FaultAid;
 
 # A process object reading from a pipe this test writes to (no server).
 sub reading_end {
@@ -51,6 +52,17 @@ subtest 'a server that ends while polled for' => sub {
     my $error = eval { $proc->_poll; 1 } ? undef : $@;
     isa_ok($error, 'CRSBridge::Process::Error');
     is($error && $error->kind, 'died', 'its end is a died error, as from select');
+};
+
+subtest 'a wall clock set back does not prolong the poll' => sub {
+    no warnings 'redefine';
+    local *CRSBridge::Process::_cpu_free = sub { 1 };
+    my $now = 2e9;
+    local *CRSBridge::Process::time = sub { return $now -= 3600 };    # an hour back at every look
+    my ($proc, $server) = reading_end();    # a server that says nothing
+    my $polled = eval { watchdog(10, 'the poll', sub { $proc->_poll }) };
+    is($@, '', 'the poll ends (it polls for a millisecond of a clock that never goes back)');
+    ok(!$polled, '... having found nothing');
 };
 
 # As many as nproc(1) counts, and the server (bridge/transport.py BriefPoll: the CPUs it may run

@@ -293,13 +293,17 @@ sub _wait {
 sub _poll {
     my ($self) = @_;
     _cpu_free() or return 0;
-    my $until = time + POLL_SECONDS;
+    # A monotonic clock: the wall clock set back (NTP stepping it) would make the poll spin on.
+    my $until = _monotonic() + POLL_SECONDS;
     while (1) {
         my $n = sysread($self->{out}, $self->{rbuf}, 1 << 18, length $self->{rbuf});
         return $self->_took($n) if defined $n || !$!{EAGAIN};
-        return 0 if time > $until;
+        return 0 if _monotonic() > $until;
     }
 }
+
+# Seconds of a clock that never goes back (Linux, where alone _cpu_free lets _poll run).
+sub _monotonic { return Time::HiRes::clock_gettime(Time::HiRes::CLOCK_MONOTONIC()) }
 
 sub _watch_load {
     $CPUS = _cpus_usable();
