@@ -91,6 +91,12 @@ mutations still go to the server, and nobody waits for their answers when every 
 answered from memory: each answer from memory first takes in those that have arrived
 (checking them as a call would), so that they do not pile up.
 
+The object's mutations not yet answered are taken as accepted, as the remembered object's
+were. The server could refuse them only by a limit per message (C<max_message_bytes>), which
+another batch may exceed (a new object's also carries its C<scheduler.new>): then the query is
+answered from memory where the server's refusal would have made it die, and the object's next
+call dies instead (t/memo.t has it as a TODO).
+
 =head1 OBJECT STATE
 
 A scheduler object's state is a hash. Its creator gives C<mode> and C<imbalance> (read here
