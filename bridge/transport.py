@@ -94,8 +94,14 @@ class BriefPoll:
 
     def __call__(self) -> None:
         """Return once input is waiting, :data:`POLL_SECONDS` have passed, or at once when no
-        CPU is free. Reads nothing."""
-        if self._loadavg is None or not cpu_free(os.pread(self._loadavg, 128, 0), self._cpus):
+        CPU is free or the load cannot be read. Reads nothing."""
+        if self._loadavg is None:
+            return
+        try:
+            loadavg = os.pread(self._loadavg, 128, 0)
+        except OSError:  # e.g. lxcfs restarted under a container (ENOTCONN): no polling, no failure
+            return
+        if not cpu_free(loadavg, self._cpus):
             return
         deadline = time.perf_counter() + POLL_SECONDS
         while not self._poll.poll(0) and time.perf_counter() < deadline:

@@ -172,3 +172,20 @@ def test_brief_poll_returns_with_input_waiting_and_reads_none_of_it():
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+def test_brief_poll_never_fails_when_the_load_cannot_be_read(monkeypatch, tmp_path):
+    # An open /proc/loadavg that stops being readable (lxcfs restarted under a container:
+    # ENOTCONN) must not end the server: it only stops polling. A directory opens, then fails
+    # to read (EISDIR).
+    monkeypatch.setattr("crs_bridge.bridge.transport._LOADAVG", str(tmp_path))
+    read_end, write_end = os.pipe()
+    try:
+        poll = BriefPoll(read_end)
+        poll()
+        os.write(write_end, b"next request\n")
+        poll()
+        assert os.read(read_end, 100) == b"next request\n"
+    finally:
+        os.close(read_end)
+        os.close(write_end)

@@ -149,6 +149,28 @@ subtest 'dynamic node stats: the fast path journals what the exact decoders jour
     is($decoded, 3, '... decoded exactly');
 };
 
+# MAX_BYTES (2**62 - 1) as a double is 2**62, so a double of 2**62 compares as equal to it:
+# the fast paths must still leave it to the exact decoders, whose integer says it is too large.
+subtest 'bytes of 2**62 held as a double: refused at the call, as by the exact path' => sub {
+    my $bytes = 2**62;    # a double
+    my %node = (cpu => 1, maxcpu => 8, mem => GiB, maxmem => 64 * GiB);
+    my %stats = (cpu => 0.5, maxcpu => 1, mem => GiB, maxmem => GiB);
+    my @cases = (
+        [ 'a node\'s mem', sub { $_[0]->add_node('big', { %node, mem => $bytes }) }, qr/^Invalid params: stats\.mem: / ],
+        [ 'a node\'s maxmem', sub { $_[0]->add_node('big', { %node, maxmem => $bytes }) },
+            qr/^Invalid params: stats\.maxmem: / ],
+        [ 'a resource\'s mem', sub {
+            $_[0]->add_resource('vm:big', { stats => { %stats, mem => $bytes }, running => 1, 'current-node' => 'n1' });
+        }, qr/^Invalid params: resource\.stats\.mem: / ],
+    );
+    for my $case (@cases) {
+        my ($what, $add, $refusal) = @$case;
+        my $usage = dynamic_cluster();
+        like(error_of { $add->($usage) }, $refusal, "$what: the server's message at the call");
+        is(error_of { $usage->calculate_node_imbalance }, '', '... and the object stays usable');
+    }
+};
+
 subtest 'anything else takes the exact path, with its error texts' => sub {
     my $usage = static_cluster();
     my %service = (stats => { maxcpu => 1.0, maxmem => GiB }, running => 1, 'current-node' => 'n1');

@@ -151,4 +151,33 @@ subtest 'a mutation refused as a single call, cut short: it did not happen' => s
     is_deeply(answers($static, $dynamic), answers($twin_static, $twin_dynamic), 'the rest is unchanged');
 };
 
+# The alarm lands as a function returns, before the statement after its call: as the answer
+# has been read (call), and as the journal has it (call_mutation).
+for my $after ('call', 'call_mutation') {
+    subtest "a mutation accepted as a single call, cut short after $after: the server, the journal and the mirror agree" => sub {
+        # A resource whose maxmem nears the server's memory limit goes as a call at once
+        # (Mirror::memory_risk), which the server accepts.
+        my $big = { stats => { maxcpu => 1, maxmem => 2**61 }, running => 1, 'current-node' => 'c' };
+        my ($usage, $twin) = (build_static(), build_static());
+        {
+            no warnings 'redefine';
+            my $name = "CRSBridge::Connection::$after";
+            my $code = \&$name;
+            no strict 'refs';
+            local *$name = sub {
+                my $result = $code->(@_);
+                die "got timeout\n" if "@_[1 .. $#_]" =~ /add_service/;
+                return $result;
+            };
+            is(error_of { $usage->add_service('vm:big', {%$big}) }, "got timeout\n", 'interrupted');
+        }
+        my $st = CRSBridge::Scheduler::_state($usage);
+        my $journaled = grep {/"vm:big"/} @{ CRSBridge::Connection::journal_entries($st) };
+        is(!!$st->{mirror}->has_resource('vm:big'), !!$journaled, 'the mirror has it if the journal has it');
+        $twin->add_service('vm:big', {%$big}) if $journaled;
+        is(server_call($usage, 'calculate_node_imbalance'), $twin->calculate_node_imbalance,
+            'the server has it if the journal has it (' . ($journaled ? 'it has' : 'it has not') . ')');
+    };
+}
+
 done_testing();

@@ -213,6 +213,37 @@ subtest 'a poisoned object dies, though its state was answered before' => sub {
     kill('KILL', server_pid());
 };
 
+# Found in review, not fixed: an object's mutations not yet sent are taken to be accepted, and
+# the server may refuse them where it accepted the same journal of another object: a limit per
+# message (the twin's batch also carries its scheduler.new). Asked, the server would refuse the
+# batch and the query would die; from memory it answers, and only the next call dies.
+subtest 'a twin whose unsent batch the server will refuse' => sub {
+    # The size of a batch of an object's adds alone, as the first object's will be (created on a
+    # server that then turns out dead, it is restored on a new one: not unborn there).
+    my $batch = 0;
+    {
+        no warnings 'redefine';
+        my $queue = \&CRSBridge::Process::queue;
+        local *CRSBridge::Process::queue = sub { $batch = length $_[1] if $_[1] =~ /^\[/; goto &$queue };
+        kill('KILL', server_pid());
+        usage(10)->calculate_node_imbalance;
+    }
+    kill('KILL', server_pid());
+    local $ENV{CRS_BRIDGE_MAX_MESSAGE_BYTES} = $batch + 20;    # the twin's is 100 bytes larger
+    my $first = usage(10);
+    my $expected = $first->calculate_node_imbalance;
+    my $twin = usage(10);    # unborn: its scheduler.new goes with its adds, in a batch not yet sent
+    my $error = error_of { $twin->calculate_node_imbalance };
+    TODO: {
+        local $TODO = 'an answer from memory takes unsent mutations as accepted';
+        like($error, qr/refused a buffered batch/, 'the twin dies as when asked');
+    }
+    like(error_of { $twin->score_nodes_to_start_service({ maxcpu => 1, maxmem => GiB }) },
+        qr/refused a buffered batch/, 'its next call dies');
+    is($first->calculate_node_imbalance, $expected, 'the first object still answers');
+    kill('KILL', server_pid());
+};
+
 # Alarms (a signal handler that dies) in an answer from memory: the query dies with the
 # handler's message, and the next ones answer right.
 subtest 'alarms while an answer is given from memory' => sub {
@@ -279,6 +310,16 @@ subtest 'rounds answered from memory leave no answers piling up' => sub {
     is($asked, 0, '500 rounds answered from memory');
     cmp_ok(scalar @{ $conn->{batches} }, '<=', 2, 'batches awaiting an answer: at most the last ones');
     cmp_ok(length $conn->{proc}{rbuf}, '<', 1000, 'the read buffer holds no more than a line');
+};
+
+subtest 'objects without mutations, answered from memory, leave no states piling up' => sub {
+    # A new object of a mode the server has seen waits for the next batch to be created there
+    # (Connection::create); answered from memory, its queries send no batch.
+    my $conn = CRSBridge::Connection->instance;
+    PVE::RS::ResourceScheduling::Static->new->calculate_node_imbalance for 1 .. 2;    # remembered
+    my ($asked) = asked(sub { PVE::RS::ResourceScheduling::Static->new->calculate_node_imbalance for 1 .. 1000 });
+    is($asked, 0, '1000 new objects answered from memory');
+    cmp_ok(scalar @{ $conn->{dirty} }, '<=', CRSBridge::Connection::CHUNK, 'objects awaiting a batch: at most a batch of them');
 };
 
 done_testing();

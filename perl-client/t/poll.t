@@ -12,6 +12,7 @@ use lib "$FindBin::Bin/lib", "$FindBin::Bin/../lib";
 use IO::Handle;
 use Test::More;
 use CRSBridge::Process;
+use FaultAid;
 
 # A process object reading from a pipe this test writes to (no server).
 sub reading_end {
@@ -53,10 +54,32 @@ subtest 'a server that ends while polled for' => sub {
     is($error && $error->kind, 'died', 'its end is a died error, as from select');
 };
 
-subtest 'the CPUs online are counted' => sub {
-    open(my $cpuinfo, '<', '/proc/cpuinfo') or plan skip_all => 'no /proc/cpuinfo here';
-    my $listed = grep { /^processor\s*:/ } <$cpuinfo>;
-    is(CRSBridge::Process::_cpus_online(), $listed, 'as many as /proc/cpuinfo lists');
+subtest 'a wall clock set back does not prolong the poll' => sub {
+    no warnings 'redefine';
+    local *CRSBridge::Process::_cpu_free = sub { 1 };
+    my $now = 2e9;
+    local *CRSBridge::Process::time = sub { return $now -= 3600 };    # an hour back at every look
+    my ($proc, $server) = reading_end();    # a server that says nothing
+    my $polled = eval { watchdog(10, 'the poll', sub { $proc->_poll }) };
+    is($@, '', 'the poll ends (it polls for a millisecond of a clock that never goes back)');
+    ok(!$polled, '... having found nothing');
+};
+
+# As many as nproc(1) counts, and the server (bridge/transport.py BriefPoll: the CPUs it may run
+# on): a container's cpuset or a taskset leaves fewer than are online, and a poller sharing its
+# CPU with the server it waits for keeps it from answering.
+subtest 'the CPUs this process may run on are counted' => sub {
+    # (nproc would print OMP_NUM_THREADS instead.)
+    my $nproc = `env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null`;
+    SKIP: {
+        skip 'no nproc here', 1 if $? || $nproc !~ /^(\d+)$/;
+        is(CRSBridge::Process::_cpus_usable(), $1, 'as many as nproc counts');
+    }
+    my $pinned = `taskset -c 0 $^X -I$FindBin::Bin/../lib -MCRSBridge::Process -e 'print CRSBridge::Process::_cpus_usable()' 2>/dev/null`;
+    SKIP: {
+        skip 'no taskset here (or no CPU 0)', 1 if $?;
+        is($pinned, 1, 'one, when pinned to one CPU');
+    }
 };
 
 done_testing();

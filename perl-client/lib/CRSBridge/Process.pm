@@ -19,7 +19,7 @@ use constant PIPE_SIZE => 1 << 20;
 use constant STOP_SECONDS => 2;
 # How long (seconds) _wait polls for the server's answer before it sleeps in select; see _poll.
 use constant POLL_SECONDS => 1e-3;
-my ($LOADAVG, $CPUS);    # for _cpu_free: /proc/loadavg, kept open (undef: none), and the CPUs online
+my ($LOADAVG, $CPUS);    # for _cpu_free: /proc/loadavg, kept open (undef: none), and the CPUs usable
 
 =head1 NAME
 
@@ -293,16 +293,20 @@ sub _wait {
 sub _poll {
     my ($self) = @_;
     _cpu_free() or return 0;
-    my $until = time + POLL_SECONDS;
+    # A monotonic clock: the wall clock set back (NTP stepping it) would make the poll spin on.
+    my $until = _monotonic() + POLL_SECONDS;
     while (1) {
         my $n = sysread($self->{out}, $self->{rbuf}, 1 << 18, length $self->{rbuf});
         return $self->_took($n) if defined $n || !$!{EAGAIN};
-        return 0 if time > $until;
+        return 0 if _monotonic() > $until;
     }
 }
 
+# Seconds of a clock that never goes back (Linux, where alone _cpu_free lets _poll run).
+sub _monotonic { return Time::HiRes::clock_gettime(Time::HiRes::CLOCK_MONOTONIC()) }
+
 sub _watch_load {
-    $CPUS = _cpus_online();
+    $CPUS = _cpus_usable();
     open($LOADAVG, '<', '/proc/loadavg') or undef $LOADAVG;
     return;
 }
@@ -315,11 +319,22 @@ sub _cpu_free {
     return defined $running && $running <= $CPUS;
 }
 
-# The count of CPUs online (/sys/devices/system/cpu/online: "0-3,8-11"); 0 when unknown.
-sub _cpus_online {
-    open(my $fh, '<', '/sys/devices/system/cpu/online') or return 0;
+# The count of CPUs this process may run on (as the server counts them, bridge/transport.py
+# BriefPoll): its affinity (a container's cpuset, a taskset), which the server inherits, else
+# the CPUs online; 0 when unknown.
+sub _cpus_usable {
+    my $allowed = _cpu_list('/proc/self/status', qr/^Cpus_allowed_list:\s*(\S+)/);
+    return $allowed || _cpu_list('/sys/devices/system/cpu/online', qr/^(\S+)/);
+}
+
+# The count of CPUs in the list ("0-3,8-11") that $pattern captures from a line of $file; 0
+# when there is none.
+sub _cpu_list {
+    my ($file, $pattern) = @_;
+    open(my $fh, '<', $file) or return 0;
+    my ($list) = map { $_ =~ $pattern ? $1 : () } <$fh>;
     my $count = 0;
-    for my $range (split /,/, <$fh> // '') {
+    for my $range (split /,/, $list // '') {
         my ($first, $last) = $range =~ /^(\d+)(?:-(\d+))?/ or next;
         $count += ($last // $first) - $first + 1;
     }

@@ -81,10 +81,12 @@ sub node_stats_param {
     # rendered as they would, in a sixth of their time (10 us less per node).
     if (ref $_[0] eq 'HASH') {
         my ($cpu, $maxcpu, $mem, $maxmem) = @{ $_[0] }{qw(cpu maxcpu mem maxmem)};
-        # NaN fails the comparisons; usize truncates, as int does for these.
+        # NaN fails the comparisons; usize truncates, as int does for these. Bytes are compared
+        # with MAX_BYTES + 1: a double compares with MAX_BYTES as a double, 2**62, and so would
+        # pass the double 2**62, which the exact path refuses.
         if (_number($cpu) && _number($maxcpu) && _number($mem) && _number($maxmem)
             && $cpu >= 0 && $cpu <= MAX_CORES && $maxcpu >= 1 && $maxcpu <= MAX_CORES
-            && $mem >= 0 && $mem <= MAX_BYTES && $maxmem >= 1 && $maxmem <= MAX_BYTES)
+            && $mem >= 0 && $mem < MAX_BYTES + 1 && $maxmem >= 1 && $maxmem < MAX_BYTES + 1)
         {
             my %stats = (cpu => 0 + $cpu, maxcpu => int($maxcpu), mem => int($mem), maxmem => int($maxmem));
             return ('{"cpu":' . json_num($stats{cpu}) . ',"maxcpu":' . json_num($stats{maxcpu})

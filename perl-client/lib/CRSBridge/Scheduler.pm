@@ -94,8 +94,7 @@ sub _mutate {
     if ($refused) {
         $st->{mirror}->check($op, @args);
         die $refused if $refused =~ /\n\z/;
-        $conn->call_mutation($st, $method, $args);
-        $st->{mirror}->$op(@args);
+        $conn->call_mutation($st, $method, $args, sub { $st->{mirror}->$op(@args) });
         return;
     }
     $conn->mutate($st, $method, $args, sub { $st->{mirror}->$op(@args) });
@@ -148,9 +147,9 @@ sub _resource_adder {
             if ($st->{mode} eq 'static') {
                 my $maxcpu;
                 ($maxcpu, $maxmem) = @$s{qw(maxcpu maxmem)};
-                # NaN fails the comparisons.
+                # NaN fails the comparisons; bytes: see CRSBridge::Records::node_stats_param.
                 last FAST if !plain_number($maxcpu) || !plain_number($maxmem)
-                    || !($maxcpu >= 0 && $maxcpu <= MAX_CORES && $maxmem >= 0 && $maxmem <= MAX_BYTES);
+                    || !($maxcpu >= 0 && $maxcpu <= MAX_CORES && $maxmem >= 0 && $maxmem < MAX_BYTES + 1);
                 $stats = '{"maxcpu":' . ($maxcpu == int($maxcpu) ? int($maxcpu) : sprintf(JSON_NUM, $maxcpu))
                     . ',"maxmem":' . int($maxmem) . '}';
             } else {
@@ -159,7 +158,7 @@ sub _resource_adder {
                 last FAST
                     if !plain_number($cpu) || !plain_number($maxcpu) || !plain_number($mem) || !plain_number($maxmem)
                     || !($cpu >= 0 && $cpu <= MAX_CORES && $maxcpu >= 0 && $maxcpu <= MAX_CORES)
-                    || !($mem >= 0 && $mem <= MAX_BYTES && $maxmem >= 0 && $maxmem <= MAX_BYTES);
+                    || !($mem >= 0 && $mem < MAX_BYTES + 1 && $maxmem >= 0 && $maxmem < MAX_BYTES + 1);
                 $stats = '{"cpu":' . ($cpu == int($cpu) ? int($cpu) : sprintf(JSON_NUM, $cpu))
                     . ',"maxcpu":' . ($maxcpu == int($maxcpu) ? int($maxcpu) : sprintf(JSON_NUM, $maxcpu))
                     . ',"mem":' . int($mem) . ',"maxmem":' . int($maxmem) . '}';
