@@ -65,6 +65,9 @@ subtest 'add_node' => sub {
         'zero cores refused by crs-bridge');
     like(error_of { $d->add_node('D', node_stats(-1, 1, 0, 1)) }, qr/^Invalid params: stats\.cpu: .*\n\z/,
         'negative cpu refused by crs-bridge');
+    # An integer core count (usize) just past crs-bridge's 2**53, which a double would round to it.
+    like(error_of { $d->add_node('D', node_stats(0, 9007199254740993, 0, 1)) },
+        qr/^Invalid params: stats\.maxcpu: .*\n\z/, 'cores of 2**53 + 1 refused by crs-bridge, not rounded');
     is_deeply($d->list_nodes, [qw(A B C)], 'refused calls changed nothing');
 };
 

@@ -89,7 +89,7 @@ sub node_stats_param {
             && $mem >= 0 && $mem < MAX_BYTES + 1 && $maxmem >= 1 && $maxmem < MAX_BYTES + 1)
         {
             my %stats = (cpu => 0 + $cpu, maxcpu => int($maxcpu), mem => int($mem), maxmem => int($maxmem));
-            return ('{"cpu":' . json_num($stats{cpu}) . ',"maxcpu":' . json_num($stats{maxcpu})
+            return ('{"cpu":' . json_num($stats{cpu}) . ',"maxcpu":' . $stats{maxcpu}
                 . ',"mem":' . $stats{mem} . ',"maxmem":' . $stats{maxmem} . '}', 0, \%stats);
         }
     }
@@ -257,8 +257,9 @@ sub resource {
 =item stats_json(\%stats, $where, $node, $mutation)
 
 Renders decoded stats of any kind (C<$node> true for node stats, whose capacities must be
-positive) as C<($json, $refused)>; core counts become numbers, byte counts integers. A
-non-finite core count dies, or with C<$mutation> gives C<('null', $message)> (see the top).
+positive) as C<($json, $refused)>; core counts become numbers (a node's C<maxcpu> an integer),
+byte counts integers. A non-finite core count dies, or with C<$mutation> gives C<('null',
+$message)> (see the top).
 
 =cut
 
@@ -276,7 +277,9 @@ sub stats_json {
         $json .= '"cpu":' . json_num($s->{cpu}) . ',';
     }
     $refused ||= out_of_bounds_cores($s->{maxcpu}, $node);
-    $json .= '"maxcpu":' . json_num($s->{maxcpu});
+    # A node's core count is an integer (usize): as a double, 2**53 + 1 would read as 2**53, which
+    # the server accepts, where the client found it out of bounds.
+    $json .= '"maxcpu":' . ($node ? json_int($s->{maxcpu}) : json_num($s->{maxcpu}));
     if (exists $s->{mem}) {
         $refused ||= out_of_bounds_bytes($s->{mem});
         $json .= ',"mem":' . json_int($s->{mem});
