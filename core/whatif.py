@@ -106,6 +106,11 @@ def rows_by_node(nodes: np.ndarray, n: int) -> NodeRows:
 #: Cells (candidates x nodes) of the load matrix :func:`exact_load_sums` fills at a time: 2 MiB of
 #: float64, so that many candidates on many nodes are summed in pieces of about the caches' size.
 DENSE_CELLS = 1 << 18
+#: Beyond this many nodes, a matrix of more than :data:`DENSE_CELLS` costs more than running sums:
+#: its pieces' NumPy calls add up (20,000 candidates on 1024 nodes: 78 ms against 22; on 256: 10.4
+#: against 6.6; 50,000 on 64: 6.7 against 5.6), where up to here it costs less (100,000 on 16
+#: nodes: 3.7 ms against 7.7; on 3: 1.6 against 3.9).
+DENSE_NODES = 32
 
 
 def exact_load_sums(loads: np.ndarray, w: WhatIf, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -115,7 +120,8 @@ def exact_load_sums(loads: np.ndarray, w: WhatIf, rows: np.ndarray) -> tuple[np.
     Formed on a (nodes x rows) matrix of the new loads, a node's row added at a time: 2 NumPy
     calls per node and some 15 in all, against some 40 per node fixing up the two changed terms
     of running sums (900 candidates on 4 nodes: 30 us against 67; 10 on 1024 nodes: 0.65 ms
-    against 4). Rows are taken :data:`DENSE_CELLS` cells at a time; no rows give empty sums.
+    against 4). Rows are taken :data:`DENSE_CELLS` cells at a time, on up to :data:`DENSE_NODES`
+    nodes; beyond, more cells than that are summed as running sums. No rows give empty sums.
     """
     n, batch = len(loads), w.batch
     a, b = batch.src[rows], batch.tgt[rows]
@@ -123,8 +129,27 @@ def exact_load_sums(loads: np.ndarray, w: WhatIf, rows: np.ndarray) -> tuple[np.
     step = max(1, DENSE_CELLS // max(n, 1))
     if len(rows) <= step:
         return _dense_load_sums(loads, a, la, b, lb)
+    if n > DENSE_NODES:
+        return _running_load_sums(loads, a, la, b, lb)
     parts = [_dense_load_sums(loads, *(x[i : i + step] for x in (a, la, b, lb))) for i in range(0, len(rows), step)]
     return np.concatenate([t for t, _ in parts]), np.concatenate([s for _, s in parts])
+
+
+def _running_load_sums(
+    loads: np.ndarray, a: np.ndarray, la: np.ndarray, b: np.ndarray, lb: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`exact_load_sums` as running sums over the nodes, the two changed terms fixed up."""
+    n = len(loads)
+    groups = rows_by_node(a, n), rows_by_node(b, n)
+    total = replaced_sums(n, loads.__getitem__, a, la, b, lb, groups)
+    mean = total / n
+    da, db = la - mean, lb - mean
+
+    def deviation_squared(j: int) -> np.ndarray:
+        d = loads[j] - mean
+        return d * d
+
+    return total, replaced_sums(n, deviation_squared, a, da * da, b, db * db, groups)
 
 
 def _dense_load_sums(

@@ -6,6 +6,8 @@ matrix (``core.whatif.exact_load_sums``). Every value and order must be the refe
 
 from __future__ import annotations
 
+from unittest import mock
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -45,15 +47,21 @@ def clusters(draw) -> tuple[list[tuple[str, NodeStats]], list[tuple[Migration, R
     return nodes, candidates
 
 
-@given(clusters(), FORMULAS, st.sampled_from([1, 2, 3, 13, 40, 100]), st.data())
-def test_scoring_on_many_nodes_matches_reference(cluster, formula, limit, data):
+#: Cells of the load matrix filled at a time: with 1, more than one row on these many nodes takes
+#: running sums instead (``core.whatif.DENSE_NODES``).
+DENSE_CELLS = st.sampled_from([1, core.whatif.DENSE_CELLS])
+
+
+@given(clusters(), FORMULAS, st.sampled_from([1, 2, 3, 13, 40, 100]), DENSE_CELLS, st.data())
+def test_scoring_on_many_nodes_matches_reference(cluster, formula, limit, dense_cells, data):
     nodes, candidates = cluster
     view = NodeView.from_stats([name for name, _ in nodes], [stats for _, stats in nodes])
     batch = batch_from_candidates(view, [MigrationCandidate(m, stats) for m, stats in candidates])
-    for method, expected in (("bruteforce", ref.bruteforce), ("topsis", ref.topsis)):
-        scored = core.scheduler.score_migrations(batch, limit, method, formula)
-        assert scored_bits(scored) == scored_bits(expected(nodes, candidates, limit, formula))
-    values = [ref.migration_imbalance(nodes, candidate, formula) for candidate in candidates]
-    threshold = data.draw(st.sampled_from(values) | st.floats(0.0, 1.0), label="threshold")
-    chosen = core.scheduler.select_best_migration(batch, "bruteforce", formula, threshold)
+    with mock.patch.object(core.whatif, "DENSE_CELLS", dense_cells):
+        for method, expected in (("bruteforce", ref.bruteforce), ("topsis", ref.topsis)):
+            scored = core.scheduler.score_migrations(batch, limit, method, formula)
+            assert scored_bits(scored) == scored_bits(expected(nodes, candidates, limit, formula))
+        values = [ref.migration_imbalance(nodes, candidate, formula) for candidate in candidates]
+        threshold = data.draw(st.sampled_from(values) | st.floats(0.0, 1.0), label="threshold")
+        chosen = core.scheduler.select_best_migration(batch, "bruteforce", formula, threshold)
     assert scored_bits([chosen]) == scored_bits([ref.select_best(nodes, candidates, formula, threshold)])
