@@ -114,8 +114,9 @@ DENSE_NODES = 32
 
 
 def exact_load_sums(loads: np.ndarray, w: WhatIf, rows: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
-    """For candidate ``rows`` (an index array, or a slice of the batch): the left-to-right sum of node loads after the move, and the
-    left-to-right sum of squared deviations from their mean (the two sums of the imbalance).
+    """For candidate ``rows`` (an index array, or a slice of the batch): the left-to-right sum of
+    node loads after the move, and the left-to-right sum of squared deviations from their mean
+    (the two sums of the imbalance).
 
     Formed on a (nodes x rows) matrix of the new loads, a node's row added at a time: 2 NumPy
     calls per node and some 15 in all, against some 40 per node fixing up the two changed terms
