@@ -289,23 +289,27 @@ def _valid_compact_batch(usage: Usage, view: NodeView, compact: CompactColumns) 
     if targets is None:  # an unknown target node
         return None
     tgt, counts = targets
-    src = np.repeat(np.array(sources, dtype=np.int64), counts)
+    # The arrays' own repeat, not np.repeat: half the fixed cost (0.35 against 0.8 us), which
+    # counts on a small cluster.
+    src = np.array(sources, dtype=np.int64).repeat(counts)
     if (tgt == src).any():
         return None
     return CandidateBatch(
         view=view,
         sids=list(compact.leaders),
-        sid_index=np.repeat(np.arange(len(counts), dtype=np.int64), counts),
+        sid_index=np.arange(len(sources), dtype=np.int64).repeat(counts),
         src=src,
         tgt=tgt,
-        cpu=np.repeat(np.array(cpu, dtype=np.float64), counts),
-        mem=np.repeat(np.array(mem, dtype=np.int64), counts),
+        cpu=np.array(cpu, dtype=np.float64).repeat(counts),
+        mem=np.array(mem, dtype=np.int64).repeat(counts),
     )
 
 
-def _target_positions(index: dict[str, int], nodes: Sequence[Sequence[str]]) -> tuple[np.ndarray, np.ndarray] | None:
+def _target_positions(
+    index: dict[str, int], nodes: Sequence[Sequence[str]]
+) -> tuple[np.ndarray, np.ndarray | int] | None:
     """The target nodes of all rows, one after the other, as positions in the view, and each
-    row's count of them; None if one is unknown.
+    row's count of them (one count for all if they are alike); None if one is unknown.
 
     Target lists repeat (all nodes but the guest's own, say): each distinct one is looked up once,
     and the rows' positions are gathered from the distinct ones' in one NumPy step."""
@@ -334,7 +338,7 @@ def _target_positions(index: dict[str, int], nodes: Sequence[Sequence[str]]) -> 
     if widths.count(width) == len(widths):
         # Lists of one length (all nodes but the guest's own) are a table's rows: one gather, not
         # the offsets' steps below (30 bundles: 9 us instead of 15; 300: 28 instead of 35).
-        return table.reshape(len(distinct), width)[dense].reshape(-1), np.full(len(keys), width, dtype=np.int64)
+        return table.reshape(len(distinct), width)[dense].reshape(-1), width
     # Else counts[i] positions from its start in the table.
     lengths = np.array(widths, dtype=np.int64)
     counts = lengths[dense]

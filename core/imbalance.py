@@ -73,11 +73,12 @@ def imbalance_from_sums(total: np.ndarray, squares: np.ndarray, n: int, formula:
     if formula == "normalized" and n < 2:
         return np.zeros_like(total)
     mean = total / n
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cv = np.sqrt(squares / n) / mean
+    # As node_imbalance: a zero (or underflowed) mean is 0.0, left out of the division (no
+    # errstate to enter, no np.where after it: 3 of some 10 NumPy calls on a small cluster).
+    cv = np.divide(np.sqrt(squares / n), mean, out=np.zeros(len(mean)), where=mean != 0.0)
     if formula == "normalized":
         cv = cv / math.sqrt(n - 1)
-    return np.where(mean == 0.0, 0.0, cv)  # as node_imbalance: a zero (or underflowed) mean is 0.0
+    return cv
 
 
 def imbalance_bounds(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import struct
+import warnings
 from dataclasses import dataclass, field
 from unittest import mock
 
@@ -517,6 +518,23 @@ def test_exact_imbalances_one_at_a_time_equal_the_vectorised_ones(scn, dense_cel
     with mock.patch.object(core.scheduler, "_ONE_AT_A_TIME_UP_TO", -1), paths(dense_cells=dense_cells):
         vectorised = core.scheduler.exact_imbalances(w, rows, scn.formula)
     assert one_at_a_time.tobytes() == vectorised.tobytes()
+
+
+@given(scenarios(many=True), DENSE_CELLS, st.booleans())
+def test_exact_imbalances_of_all_rows_equal_those_of_their_indices(scn, dense_cells, one_at_a_time):
+    """All rows of a batch given as ALL_ROWS (its columns used as they are) or as their indices
+    (gathered): the same bits, a few rows one at a time or in NumPy alike, and no NumPy warning
+    where a mean is 0 (the division leaves those rows out)."""
+    s, _, _ = both(scn)
+    batch = s.candidate_batch(scn.bundles)
+    w = what_if(batch)
+    few = core.scheduler._ONE_AT_A_TIME_UP_TO if one_at_a_time else -1
+    with mock.patch.object(core.scheduler, "_ONE_AT_A_TIME_UP_TO", few), paths(dense_cells=dense_cells):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            every = core.scheduler.exact_imbalances(w, core.scheduler.ALL_ROWS, scn.formula)
+        indexed = core.scheduler.exact_imbalances(w, np.arange(len(batch)), scn.formula)
+    assert every.tobytes() == indexed.tobytes()
 
 
 @st.composite
