@@ -499,10 +499,10 @@ sub _server_failed {
     my ($self, $error, $method, $give_up) = @_;
     my $proc = delete $self->{proc};
     $proc->kill;
-    my $limit = (_limits())[ $proc->answered ? 0 : 1 ];
+    my $limit = CRSBridge::Config::get(_limit_key($proc));
     my ($pid, $cmd) = ($proc->pid, $proc->{cmd});
     if ($error->kind eq 'timeout') {
-        my $origin = CRSBridge::Config::origin($proc->answered ? 'timeout' : 'start-timeout');
+        my $origin = CRSBridge::Config::origin(_limit_key($proc));
         die "crs-bridge: no answer from the server (pid $pid) within $limit s to $method; "
             . "killed it, the next call starts a new one and restores the scheduler objects (limit $origin)\n"
             if $proc->answered;
@@ -523,9 +523,16 @@ sub _limits {
     return (CRSBridge::Config::get('timeout'), CRSBridge::Config::get('start-timeout'));
 }
 
+# The setting that limits the wait for an answer of $proc: a new server's first answer may take
+# longer (it starts).
+sub _limit_key {
+    my ($proc) = @_;
+    return $proc->answered ? 'timeout' : 'start-timeout';
+}
+
 sub _deadline {
     my ($self) = @_;
-    return time + (_limits())[ $self->{proc}->answered ? 0 : 1 ];
+    return time + CRSBridge::Config::get(_limit_key($self->{proc}));
 }
 
 # -- server lifecycle and restore ------------------------------------------------------------

@@ -52,9 +52,9 @@ C<raw> by default, as the binding this replaces.
 # (Connection::journal_room).
 my ($ADDING, $NODES, $KNOWN, $ROOM, $ROOM_AT_OPEN, $PLACED, $ORDER, @ENTRIES, $DUE_AT);
 
+# A new object of $class (the mode's new has checked its arity).
 sub _new {
-    my $class = shift;
-    check_arity('new', [ $class, @_ ], 'class');
+    my ($class) = @_;
     # create may call the server, whose answers may poison an object: no batch of adds stays open
     # across it (an add after it reopens one, checking the object's usable).
     _settle_adds() if $ADDING;
