@@ -342,7 +342,7 @@ counts every service at its configured limits, Dynamic uses the measured node us
 =cut
 
 sub calculate_node_imbalance {
-    check_arity('calculate_node_imbalance', \@_, qw(this));
+    check_arity('calculate_node_imbalance', \@_, qw(this)) if @_ != 1;
     my $st = _state($_[0]);
     return _query($st, 'calculate_node_imbalance', '');
 }
@@ -360,7 +360,7 @@ in parts that the server expands while the next one is built (the answer is the 
 =cut
 
 sub score_best_balancing_migration_candidates {
-    check_arity('score_best_balancing_migration_candidates', \@_, qw(this candidates limit));
+    check_arity('score_best_balancing_migration_candidates', \@_, qw(this candidates limit)) if @_ != 3;
     return _score_migrations('score_best_balancing_migration_candidates', @_);
 }
 
