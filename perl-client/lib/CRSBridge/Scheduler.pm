@@ -77,7 +77,7 @@ sub _state {
 }
 
 # The state of a checked invocant, for an add: as _state, but the adds collected so far stay
-# collected (an add hands them over when it takes the exact path).
+# collected (an add hands them over when it takes the exact path). _resource_adder writes it out.
 sub _adding_state {
     return ref $_[0] && _reftype($_[0]) eq 'HASH' && $_[0]{_crs} || _state($_[0]);
 }
