@@ -215,6 +215,130 @@ subtest 'anything else takes the exact path, with its error texts' => sub {
         'the server has what the client accepted');
 };
 
+# Node adds are collected in the adds' batch (CRSBridge::Scheduler::_add_node); with no batch
+# (_open_adds refused) each takes the exact path, a journaled mutation of its own. The two must
+# leave the same journal, mirror and server, resources added in between included.
+subtest 'node adds: the batch journals and records what the exact path does' => sub {
+    my @steps = (
+        [ add_node => 'n1' ], [ add_resource => 'vm:1', 'n1' ], [ add_node => "n\x{fc}2" ],
+        [ add_resource => 'vm:2', "n\x{fc}2", 'n1' ], [ add_node => 'n"3' ], [ add_resource => 'vm:3', 'n"3' ],
+        [ add_node => 'n4' ],
+    );
+    my %stats = (static => [ 16, 64 * GiB ], dynamic => [ { cpu => 10 / 3, maxcpu => 16, mem => 3 * GiB, maxmem => 64 * GiB } ]);
+    for my $mode (qw(static dynamic)) {
+        my $class = "PVE::RS::ResourceScheduling::" . ucfirst $mode;
+        my $add = $mode eq 'static' ? 'add_service' : 'add_resource';
+        my $resource_stats = $mode eq 'static' ? { maxcpu => 1.5, maxmem => GiB }
+            : { cpu => 0.25, maxcpu => 1.5, mem => GiB / 2, maxmem => GiB };
+        my $build = sub {
+            my $usage = $class->new();
+            for my $step (@steps) {
+                my ($op, $name, @placement) = @$step;
+                if ($op eq 'add_node') {
+                    $usage->add_node($name, map { ref $_ ? {%$_} : $_ } @{ $stats{$mode} });
+                } else {
+                    $usage->$add($name, { stats => {%$resource_stats}, running => 1, 'current-node' => $placement[0],
+                        defined $placement[1] ? ('target-node' => $placement[1]) : () });
+                }
+            }
+            return $usage;
+        };
+        my $mutations = 0;
+        no warnings 'redefine';
+        my $mutate = \&CRSBridge::Scheduler::_mutate;
+        local *CRSBridge::Scheduler::_mutate = sub { $mutations++ if $_[1] eq 'add_node'; goto &$mutate };
+        my $batched = $build->();
+        my $exact = do {
+            local *CRSBridge::Scheduler::_open_adds = sub {0};
+            $build->();
+        };
+        is($mutations, 4, "$mode: without a batch each node add took the exact path, with one none did");
+        is_deeply(journal($batched), journal($exact), "$mode: the same journal entries");
+        is_deeply($batched->list_nodes, [ "n1", "n\x{fc}2", 'n"3', 'n4' ], "$mode: the nodes in their order");
+        is_deeply($batched->list_nodes, $exact->list_nodes, '... as the exact path has them');
+        is($batched->calculate_node_imbalance, $exact->calculate_node_imbalance, '... and the server agrees');
+    }
+};
+
+subtest 'node adds: failures take the exact path, with its messages' => sub {
+    my $usage = PVE::RS::ResourceScheduling::Static->new();
+    $usage->add_node('a', 8, GiB);
+    is(error_of { $usage->add_node('a', 8, GiB) }, "node 'a' already exists\n", 'a duplicate of a batched node');
+    $usage->add_node('b', 8, GiB);
+    is(error_of { $usage->add_node('b', 4, GiB) }, "node 'b' already exists\n", '... also right after it');
+    like(error_of { $usage->add_node('', 8, GiB) }, qr/^Invalid params: /, "an empty name: the server's message");
+    like(error_of { $usage->add_node('c', 0, GiB) }, qr/^Invalid params: .*maxcpu/, 'no cores: the same');
+    is(error_of { $usage->add_node('c', '8', GiB) }, qq(error: invalid type: string "8", expected usize\n),
+        'a decoding error');
+    is(error_of { $usage->add_node(7, 8, GiB) }, "error: invalid type: integer `7`, expected a string\n",
+        '... of the name first');
+    $usage->add_service('vm:1', { stats => { maxcpu => 1, maxmem => GiB }, running => 1, 'current-node' => 'b' });
+    is($usage->contains_node('c'), 0, 'the refused ones are not there');
+    is_deeply($usage->list_nodes, [qw(a b)], '... the others are, in order');
+    $usage->remove_node('a');
+    $usage->add_node('a', 8, GiB);
+    is_deeply($usage->list_nodes, [qw(b a)], 'removed and added again');
+    is_deeply([ grep {/add_node/} @{ journal($usage) } ],
+        [ '["add_node","a",8,1073741824]', '["add_node","b",8,1073741824]', '["add_node","a",8,1073741824]' ],
+        'the accepted ones journaled once each');
+    is(error_of { PVE::RS::ResourceScheduling::Static::add_node({}, 'x', 8, GiB) },
+        "value blessed into PVE::RS::ResourceScheduling did not contain its declared magic pointer\n",
+        'a bad invocant dies as before');
+};
+
+# Candidate lists have their common shape written out in CRSBridge::Records::candidates_param;
+# its rendering must be the exact decoder's, candidate by candidate, whatever mix a list holds.
+subtest "candidates: the written-out rendering is the exact decoder's" => sub {
+    my $exact_calls = 0;
+    no warnings 'redefine';
+    my $exact_one = \&CRSBridge::Records::_candidate_exact;
+    local *CRSBridge::Records::_candidate_exact = sub { $exact_calls++; goto &$exact_one };
+    my $exact = sub { '[' . join(',', map { $exact_one->($_) } @{ $_[0] }) . ']' };
+    my @plain = map {
+        my $home = 'n' . (1 + $_ % 3);
+        { leader => "vm:$_", resources => ["vm:$_"], nodes => [ grep { $_ ne $home } qw(n1 n2 n3) ] }
+    } 1 .. 6;
+    push @plain, { leader => 'ct:7', resources => [ 'vm:8', 'ct:7' ], nodes => [] };
+    my $list = [ @plain, { leader => 'vm:9', resources => ['vm:9'], nodes => [qw(n1 n2)] } ];
+    is(CRSBridge::Records::candidates_param($list), $exact->($list), 'plain candidates');
+    is($exact_calls, 0, '... all written out');
+    my $number = 5;
+    my @odd = (
+        { leader => 'vm:"q"', resources => ['vm:"q"'], nodes => ['n1'] },    # escapes
+        { leader => '5', resources => [$number], nodes => ['n1'] },    # decoding error below
+        { leader => "vm:\x{e9}", resources => ["vm:\x{e9}"], nodes => ['n1'] },    # Latin-1, no UTF-8 flag
+        { leader => 'vm:10', resources => ['vm:10'], nodes => ['n1 ', '9n'] },
+        bless({ leader => 'vm:11', resources => ['vm:11'], nodes => ['n1'] }, 'Other'),
+        { leader => 'vm:12', resources => \['vm:12'], nodes => ['n1'] },
+        [ 'vm:13', ['vm:13'], ['n2'] ],
+        { leader => 'vm:14', resources => ['vm:14'], nodes => ['n2'], extra => 1 },
+        { leader => 'vm:15', resources => [ 'vm:15', 'vm:16' ], nodes => [ 'n1', "n\0" ] },
+    );
+    my @decoded = (1, undef, 0, 1, 1, 1, 1, 0, 1);    # how many of each list the exact decoder renders
+    for my $i (0 .. $#odd) {
+        next if $i == 1;
+        my $with = [ @plain[ 0 .. 2 ], $odd[$i], @plain[ 3 .. 5 ] ];
+        $exact_calls = 0;
+        my $json = CRSBridge::Records::candidates_param($with);
+        is($exact_calls, $decoded[$i], "odd candidate $i among plain ones: decoded exactly, or written out");
+        is($json, $exact->($with), '... rendered as the exact decoder renders it');
+    }
+    my $flagged = [ @plain, { leader => "vm:\x{263a}", resources => ["vm:\x{263a}"], nodes => ['n1'] } ];
+    is(CRSBridge::Records::candidates_param($flagged), $exact->($flagged), 'a name with the UTF-8 flag');
+    my $wrong = [ @plain[ 0 .. 2 ], $odd[1], { leader => 'vm:x', resources => ['vm:x'], nodes => [ {} ] } ];
+    is(error_of { CRSBridge::Records::candidates_param($wrong) }, error_of { $exact->($wrong) },
+        'the first invalid candidate dies as in the exact decoder');
+    like(error_of { CRSBridge::Records::candidates_param($wrong) }, qr/integer `5`/, '... naming the number');
+    for my $leader (undef, '', 7) {
+        my $with = [ @plain, { leader => $leader, resources => ['vm:1'], nodes => ['n1'] } ];
+        my $expected = eval { $exact->($with) } // $@;
+        is(eval { CRSBridge::Records::candidates_param($with) } // $@, $expected,
+            'leader ' . ($leader // 'undef') . ': as the exact decoder has it (' . substr((split /\n/, $expected)[0], 0, 60) . ')');
+    }
+    my $surrogate = [ @plain, { leader => 'vm:1', resources => ['vm:1'], nodes => [ "n\x{d800}" ] } ];
+    like(error_of { CRSBridge::Records::candidates_param($surrogate) }, qr/U\+D800/, 'a surrogate dies');
+};
+
 sub static_cluster_with {
     my ($service, @sids) = @_;
     my $usage = static_cluster();

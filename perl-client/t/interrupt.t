@@ -142,6 +142,31 @@ subtest 'adds cut short anywhere: each happened for the mirror and the journal a
     $static->calculate_node_imbalance;
 };
 
+subtest 'node adds cut short anywhere: each happened for the mirror and the journal alike, or not at all' => sub {
+    # As above, for nodes (collected in the adds' batch too, after a first resource on a node).
+    my @disagree;
+    for my $i (1 .. 40) {
+        my $usage = PVE::RS::ResourceScheduling::Dynamic->new();
+        my $n = 0;
+        error_of {
+            run_with_timeout((200 + 77 * $i) / 1e6, sub {
+                while (1) {
+                    $usage->add_node('n' . $n++, { cpu => 1, maxcpu => 8, mem => 1, maxmem => 32 * GiB });
+                    $usage->add_resource("vm:$n", { stats => { cpu => 0.5, maxcpu => 1, mem => 1, maxmem => GiB },
+                        running => 1, 'current-node' => 'n0' }) if $n == 1;
+                }
+            });
+        };
+        my $st = CRSBridge::Scheduler::_state($usage);
+        my %journaled = map { /^\["add_node","([^"]+)"/ ? ($1 => 1) : () } @{ CRSBridge::Connection::journal_entries($st) };
+        my $listed = $usage->list_nodes;
+        push @disagree, grep { !$st->{mirror}->has_node($_) != !$journaled{$_} } map {"n$_"} 0 .. $n;
+        push @disagree, "order of run $i" if "@$listed" ne join(' ', map {"n$_"} 0 .. $#$listed);
+    }
+    is_deeply(\@disagree, [], 'no node known to the mirror and not journaled, or the other way round, and in order');
+    $static->calculate_node_imbalance;
+};
+
 subtest 'a mutation refused as a single call, cut short: it did not happen' => sub {
     # A node capacity of 0 is refused by the server; the drop-in sends it as a call at once.
     my $error = interrupted(sub { $static->add_node('zero', 0, GiB) });

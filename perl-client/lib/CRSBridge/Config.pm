@@ -107,7 +107,7 @@ my $ARGUMENT = qr{[^\x00-\x1f\x7f]*};
 
 # key -> { default (a value, or a sub computing it), must (what a good value is, for messages),
 # parse (raw text -> the value, untainted, or undef when bad), sensitive (names a program or a
-# file: refused from a tainted environment) }.
+# file: refused from a tainted environment), var (its environment variable, set below) }.
 my %KEYS = (
     command => {
         default => \&_default_command,
@@ -174,17 +174,20 @@ on a bad value, and for a key that is not declared.
 =cut
 
 my %PARSED;    # environment variable -> { raw value -> parsed value }: each value is checked once
+my ($FILE_SETTINGS, $FILE_ERROR);    # the file, read once: key -> value (and "key line" -> where)
 
 sub get {
     my ($key) = @_;
+    # A few calls per HA round: the variable's name is computed once, the file read once
+    # (_file_settings is called again only while there are no settings: it dies again).
     my $spec = $KEYS{$key} or die "crs-bridge: no such setting '$key'\n";
-    my $var = env_var($key);
+    my $var = $spec->{var};
     my $raw = $ENV{$var};
     if (defined $raw && $raw ne '') {
         _refuse_tainted($var) if $spec->{sensitive} && tainted($raw);
         return $PARSED{$var}{$raw} //= _parse($spec, $raw, $var);
     }
-    my $settings = _file_settings();
+    my $settings = $FILE_SETTINGS // _file_settings();
     return $settings->{$key} if exists $settings->{$key};
     return ref $spec->{default} eq 'CODE' ? $spec->{default}->() : $spec->{default};
 }
@@ -201,6 +204,8 @@ sub env_var {
     (my $name = uc $key) =~ tr/-/_/;
     return "CRS_BRIDGE_$name";
 }
+
+$KEYS{$_}{var} = env_var($_) for keys %KEYS;
 
 =item names()
 
@@ -266,8 +271,6 @@ sub _parse {
     die "crs-bridge: $where must be $spec->{must}, got '$raw'\n" if !defined $value;
     return $value;
 }
-
-my ($FILE_SETTINGS, $FILE_ERROR);    # the file, read once: key -> value (and "key line" -> where)
 
 sub _file_settings {
     die $FILE_ERROR if defined $FILE_ERROR;

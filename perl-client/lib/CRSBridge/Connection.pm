@@ -359,9 +359,8 @@ C<check_usable> for an unusable object.
 
 sub query {
     my ($self, $st, $method, $params) = @_;
-    my $key = "$method $params";
     my $memo = $self->_memo_for($st);
-    my $line = $memo && $memo->{answers}{$key};
+    my $line = $memo && _remembered($memo, $method, $params);
     if (defined $line) {
         $self->_take_arrived;    # first: a refusal that has arrived poisons the object
         check_usable($st);
@@ -373,12 +372,23 @@ sub query {
     # One statement each: a signal handler that dies (an alarm) leaves the old memo or the new.
     # A full memo keeps the answers it has: a round's first queries, which the next round repeats.
     if ($memo && $memo->{srv} eq $self->{srv}) {
-        $memo->{answers}{$key} = ${$ANSWER} if keys %{ $memo->{answers} } < MEMO_ANSWERS;
+        push @{ $memo->{answers} }, [ $method, $params, ${$ANSWER} ] if @{ $memo->{answers} } < MEMO_ANSWERS;
     } else {
         $self->{memo} = { srv => $self->{srv}, kind => _kind($st), jf => $st->{jf}, at => $at,
-            answers => { $key => ${$ANSWER} } };
+            answers => [ [ $method, $params, ${$ANSWER} ] ] };
     }
     return $result;
+}
+
+# The memo's answer line to $method with $params, or undef. The answers are a list compared
+# with eq (a round has a few): a hash keyed by the params would copy and hash the params text
+# at every query, 7 us for a candidate list of 4 x 300.
+sub _remembered {
+    my ($memo, $method, $params) = @_;
+    for my $answer (@{ $memo->{answers} }) {
+        return $answer->[2] if $answer->[0] eq $method && $answer->[1] eq $params;
+    }
+    return undef;
 }
 
 # The memo if it holds $st's state (the memo then follows $st), else undef.
@@ -499,10 +509,10 @@ sub _server_failed {
     my ($self, $error, $method, $give_up) = @_;
     my $proc = delete $self->{proc};
     $proc->kill;
-    my $limit = (_limits())[ $proc->answered ? 0 : 1 ];
+    my $limit = CRSBridge::Config::get(_limit_key($proc));
     my ($pid, $cmd) = ($proc->pid, $proc->{cmd});
     if ($error->kind eq 'timeout') {
-        my $origin = CRSBridge::Config::origin($proc->answered ? 'timeout' : 'start-timeout');
+        my $origin = CRSBridge::Config::origin(_limit_key($proc));
         die "crs-bridge: no answer from the server (pid $pid) within $limit s to $method; "
             . "killed it, the next call starts a new one and restores the scheduler objects (limit $origin)\n"
             if $proc->answered;
@@ -523,9 +533,16 @@ sub _limits {
     return (CRSBridge::Config::get('timeout'), CRSBridge::Config::get('start-timeout'));
 }
 
+# The setting that limits the wait for an answer of $proc: a new server's first answer may take
+# longer (it starts).
+sub _limit_key {
+    my ($proc) = @_;
+    return $proc->answered ? 'timeout' : 'start-timeout';
+}
+
 sub _deadline {
     my ($self) = @_;
-    return time + (_limits())[ $self->{proc}->answered ? 0 : 1 ];
+    return time + CRSBridge::Config::get(_limit_key($self->{proc}));
 }
 
 # -- server lifecycle and restore ------------------------------------------------------------

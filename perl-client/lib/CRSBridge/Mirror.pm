@@ -46,8 +46,8 @@ node (C<Usage.remove_node>); the placements must follow for later errors to be u
 =back
 
 A failed operation changes nothing, as on the server. The mirror's state is its own: other
-modules change it through the methods below only. For the adds' common case (a new resource on
-known nodes, once per guest and HA round, where a call per guest costs too much),
+modules change it through the methods below only. For the adds' common case (a new node, a new
+resource on known nodes, once per guest and HA round, where a call per guest costs too much),
 C<batch_view> gives what such an add is checked against and C<add_batch> records a batch
 of them (L<CRSBridge::Scheduler>'s fast path).
 
@@ -218,11 +218,13 @@ sub add_resource {
 
 For a caller that collects adds and records them in batches: C<(\%nodes, \%resources,
 $room)>, the names of the nodes and the sids of the resources as hash keys (the mirror's own
-hashes: to read, never to change, and only until the mirror changes), and the bytes of
-C<maxmem> that resources may add before C<memory_risk>. An add of a new sid (in neither hash
-nor the caller's batch) on a node in C<%nodes>, or moving between two different ones, whose
-C<maxmem> stays under what its batch left of C<$room>, cannot fail: the caller may accept it
-without a call, and hands the batch to C<add_batch> before the mirror is used otherwise.
+hashes: to read, never to change, and only until the mirror changes), and the bytes of memory
+(a resource's C<maxmem>, a node's memory in use) that adds may bring before C<memory_risk>.
+An add of a new sid (in neither hash nor the caller's batch) on a node in C<%nodes> (or the
+batch's), or moving between two different ones, whose C<maxmem> stays under what its batch
+left of C<$room>, cannot fail; nor can an add of a node whose name is in neither: the caller
+may accept them without a call, and hands the batch to C<add_batch> before the mirror is used
+otherwise.
 
 =cut
 
@@ -231,19 +233,22 @@ sub batch_view {
     return ($self->{nodes}, $self->{res}, MEMORY_RISK - $self->{bound});
 }
 
-=item add_batch(\%placements, $bytes)
+=item add_batch(\%placements, $bytes, \%nodes, \@order)
 
-Records a batch of adds checked as C<batch_view> says, as C<add_resource> would one by one:
-C<%placements> maps each sid to its node, or to C<[current, target]> while it moves;
-C<$bytes>: their C<maxmem> together. The hash becomes the mirror's (the caller lets go of it):
-a mirror without resources keeps it as it is, with no copy (an HA round's guests come in one
-batch). Recording the same batch twice (a signal handler that died in between) only counts its
-bytes twice: the bound grows, which errs on the safe side.
+Records a batch of adds checked as C<batch_view> says, as C<add_resource> and C<add_node>
+would one by one: C<%placements> maps each sid to its node, or to C<[current, target]> while
+it moves; C<$bytes>: their C<maxmem> and the nodes' memory together; when the batch added
+nodes, C<%nodes> and C<@order> are all node names (the mirror's, with the batch's after them),
+as a hash and in order. The hashes and the array become the mirror's (the caller lets go of
+them): a mirror without resources keeps the placements as they are, with no copy (an HA
+round's guests come in one batch). Recording the same batch twice (a signal handler that died
+in between) only counts its bytes twice: the bound grows, which errs on the safe side.
 
 =cut
 
 sub add_batch {
-    my ($self, $placements, $bytes) = @_;
+    my ($self, $placements, $bytes, $nodes, $order) = @_;
+    @$self{qw(nodes order)} = ($nodes, $order) if $order;
     if (%{ $self->{res} }) {
         @{ $self->{res} }{ keys %$placements } = values %$placements;
     } else {

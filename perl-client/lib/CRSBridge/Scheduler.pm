@@ -41,18 +41,20 @@ C<raw> by default, as the binding this replaces.
 
 =cut
 
-# The adds' common case collected for their owners (see _resource_adder), of one object at a
-# time, so that nothing else is journaled while they wait. $ADDING: the object's state (undef:
-# none); from Mirror::batch_view, $NODES and $KNOWN (its nodes and resources, to read) and
-# $ROOM (bytes of maxmem left before a memory risk; $ROOM_AT_OPEN: at first); $PLACED: the
-# placements collected (sid -> node, or [current, target]), for the mirror; @ENTRIES: their
-# journal entries not yet journaled, in order, handed over once there are $DUE_AT
+# The adds' common case collected for their owners (see _resource_adder and _add_node), of one
+# object at a time, so that nothing else is journaled while they wait. $ADDING: the object's
+# state (undef: none); from Mirror::batch_view, $NODES and $KNOWN (its nodes and resources, to
+# read) and $ROOM (bytes of memory left before a memory risk; $ROOM_AT_OPEN: at first);
+# $PLACED: the placements collected (sid -> node, or [current, target]), for the mirror;
+# $ORDER: undef until the batch adds a node, then the names of all nodes in order, and $NODES
+# the batch's copy of the mirror's hash with the added ones, both for the mirror; @ENTRIES:
+# their journal entries not yet journaled, in order, handed over once there are $DUE_AT
 # (Connection::journal_room).
-my ($ADDING, $NODES, $KNOWN, $ROOM, $ROOM_AT_OPEN, $PLACED, @ENTRIES, $DUE_AT);
+my ($ADDING, $NODES, $KNOWN, $ROOM, $ROOM_AT_OPEN, $PLACED, $ORDER, @ENTRIES, $DUE_AT);
 
+# A new object of $class (the mode's new has checked its arity).
 sub _new {
-    my $class = shift;
-    check_arity('new', [ $class, @_ ], 'class');
+    my ($class) = @_;
     # create may call the server, whose answers may poison an object: no batch of adds stays open
     # across it (an add after it reopens one, checking the object's usable).
     _settle_adds() if $ADDING;
@@ -64,14 +66,20 @@ sub _new {
 }
 
 # The state of a checked invocant (dies like perlmod for anything else). Every method but the
-# adds' common case starts here, so the fast adds collected so far are handed to their owners
-# first (see _resource_adder): the mirror and the journal hold every add made.
+# adds starts here, so the fast adds collected so far are handed to their owners first (see
+# _resource_adder): the mirror and the journal hold every add made.
 sub _state {
     _settle_adds() if $ADDING;
     my $st = ref $_[0] && _reftype($_[0]) eq 'HASH' && $_[0]{_crs};
     return $st if $st;
     check_invocant($_[0], _binding($_[0]));
     return $_[0]{_crs};
+}
+
+# The state of a checked invocant, for an add: as _state, but the adds collected so far stay
+# collected (an add hands them over when it takes the exact path). _resource_adder writes it out.
+sub _adding_state {
+    return ref $_[0] && _reftype($_[0]) eq 'HASH' && $_[0]{_crs} || _state($_[0]);
 }
 
 sub _binding {
@@ -192,6 +200,29 @@ sub _resource_adder {
     };
 }
 
+# add_node of either mode, its arguments decoded ($stats: the JSON after the name, as the
+# mode's add_node renders it; $refused as for _mutate; $mem: the node's memory in use, bytes, or
+# undef). A new node with a name the server takes is collected in the adds' batch (it cannot
+# fail: a node of that name is neither in the mirror nor in the batch), so that a round's nodes
+# cost no call of their own; any other add (a duplicate, an unusable object, a value the server
+# refuses) goes through _mutate, whose mirror dies with upstream's message.
+sub _add_node {
+    my ($st, $name, $stats, $refused, $mem) = @_;
+    my $args = json_str($name) . ',' . $stats;
+    if (!$refused && $name ne '' && (($ADDING // 0) == $st || _open_adds($st)) && !exists $NODES->{$name}) {
+        # The batch's own copies of the node names, taken at its first node (one statement: a
+        # signal handler that dies finds both or neither).
+        ($NODES, $ORDER) = ({%$NODES}, $st->{mirror}->node_names) if !$ORDER;
+        # One statement: a signal handler that dies (an alarm) finds the add made or not at all.
+        $ROOM -= $mem // 0, $NODES->{$name} = 1, push(@$ORDER, $name), push @ENTRIES, qq(["add_node",$args]);
+        _journal_adds() if @ENTRIES >= $DUE_AT;
+        return;
+    }
+    _settle_adds() if $ADDING;
+    _mutate($st, 'add_node', $args, $refused || $name eq '', add_node => $name, $mem);
+    return;
+}
+
 # Opens a batch of $st's adds, after handing over another object's; false when the object is
 # unusable (the exact path dies saying why, after the arguments' decoding errors).
 sub _open_adds {
@@ -199,7 +230,7 @@ sub _open_adds {
     _settle_adds() if $ADDING;
     return 0 if !CRSBridge::Connection::usable($st);
     ($NODES, $KNOWN, $ROOM) = $st->{mirror}->batch_view;
-    ($ROOM_AT_OPEN, $PLACED, $DUE_AT) = ($ROOM, {}, CRSBridge::Connection::journal_room());
+    ($ROOM_AT_OPEN, $PLACED, $ORDER, $DUE_AT) = ($ROOM, {}, undef, CRSBridge::Connection::journal_room());
     $ADDING = $st;
     return 1;
 }
@@ -215,10 +246,10 @@ sub _journal_adds {
 # in between leaves it open, to be handed over again (see Mirror::add_batch and
 # Connection::journal_many).
 sub _settle_adds {
-    $ADDING->{mirror}->add_batch($PLACED, $ROOM_AT_OPEN - $ROOM);
+    $ADDING->{mirror}->add_batch($PLACED, $ROOM_AT_OPEN - $ROOM, $ORDER ? ($NODES, $ORDER) : ());
     CRSBridge::Connection::journal_many($ADDING, \@ENTRIES);
     $ADDING = undef;
-    ($NODES, $KNOWN, $PLACED) = ();    # the mirror's hashes go with its object
+    ($NODES, $KNOWN, $PLACED, $ORDER) = ();    # the mirror's hashes go with its object
     return;
 }
 
@@ -311,7 +342,7 @@ counts every service at its configured limits, Dynamic uses the measured node us
 =cut
 
 sub calculate_node_imbalance {
-    check_arity('calculate_node_imbalance', \@_, qw(this));
+    check_arity('calculate_node_imbalance', \@_, qw(this)) if @_ != 1;
     my $st = _state($_[0]);
     return _query($st, 'calculate_node_imbalance', '');
 }
@@ -329,7 +360,7 @@ in parts that the server expands while the next one is built (the answer is the 
 =cut
 
 sub score_best_balancing_migration_candidates {
-    check_arity('score_best_balancing_migration_candidates', \@_, qw(this candidates limit));
+    check_arity('score_best_balancing_migration_candidates', \@_, qw(this candidates limit)) if @_ != 3;
     return _score_migrations('score_best_balancing_migration_candidates', @_);
 }
 

@@ -6,7 +6,6 @@ use warnings;
 use parent 'CRSBridge::Scheduler';
 
 use CRSBridge::Args qw(check_arity arg_string arg_str);
-use CRSBridge::Codec qw(json_str);
 use CRSBridge::Records qw(node_stats_param dynamic_stats_param);
 
 use constant BINDING => __PACKAGE__;
@@ -64,11 +63,10 @@ maxmem => bytes (> 0) }>. Dies with C<node '<name>' already exists>. Returns not
 
 sub add_node {
     check_arity('add_node', \@_, qw(this nodename stats)) if @_ != 3;
-    my $st = CRSBridge::Scheduler::_state($_[0]);
+    my $st = CRSBridge::Scheduler::_adding_state($_[0]);
     my $name = arg_string($_[1]);
-    my ($json, $refused, $stats) = node_stats_param($_[2], 'stats');
-    CRSBridge::Scheduler::_mutate($st, 'add_node', json_str($name) . ',' . $json,
-        $refused || $name eq '', add_node => $name, $stats->{mem});
+    my ($json, $refused, $mem) = node_stats_param($_[2], 'stats');
+    CRSBridge::Scheduler::_add_node($st, $name, $json, $refused, $mem);
     return;
 }
 

@@ -101,12 +101,11 @@ C<node '<name>' already exists>. Returns nothing.
 
 sub add_node {
     check_arity('add_node', \@_, qw(this nodename maxcpu maxmem)) if @_ != 4;
-    my $st = CRSBridge::Scheduler::_state($_[0]);
+    my $st = CRSBridge::Scheduler::_adding_state($_[0]);
     my $name = arg_string($_[1]);
     my ($maxcpu, $maxmem) = (arg_usize($_[2]), arg_usize($_[3]));
-    my $refused = $name eq '' || out_of_bounds_cores($maxcpu, 1) || out_of_bounds_bytes($maxmem, 1);
-    CRSBridge::Scheduler::_mutate($st, 'add_node', json_str($name) . ',' . json_int($maxcpu) . ',' . json_int($maxmem),
-        $refused, add_node => $name);
+    my $refused = out_of_bounds_cores($maxcpu, 1) || out_of_bounds_bytes($maxmem, 1);
+    CRSBridge::Scheduler::_add_node($st, $name, json_int($maxcpu) . ',' . json_int($maxmem), $refused);
     return;
 }
 
