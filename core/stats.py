@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -99,6 +100,13 @@ def bytes_ok(column: np.ndarray) -> np.ndarray:
     return (column >= 0) & (column <= MAX_BYTES)
 
 
+def node_load(cpu: Any, maxcpu: Any, mem: Any, maxmem: Any) -> Any:
+    """A node's load: the mean of its cpu load (``cpu / maxcpu``) and its memory load (``mem /
+    maxmem``), a fraction. Floats, or float64 arrays for many nodes: the same operations in the same
+    order, so the same bits (byte counts as float64, as :meth:`NodeStats.mem_load` takes them)."""
+    return (cpu / maxcpu + mem / maxmem) / 2.0
+
+
 # NodeStats, ResourceStats and core.usage.Resource are values: never changed once built, and
 # shared (between copies of a usage, between resources with equal records). They are not frozen
 # dataclasses only because those cost four times as much to build (an object.__setattr__ call
@@ -140,8 +148,8 @@ class NodeStats:
 
     @property
     def load(self) -> float:
-        """Mean of cpu and memory load."""
-        return (self.cpu_load + self.mem_load) / 2.0
+        """Mean of cpu and memory load (:func:`node_load`)."""
+        return node_load(self.cpu, float(self.maxcpu), float(self.mem), float(self.maxmem))
 
 
 @dataclass(slots=True)
