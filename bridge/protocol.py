@@ -216,9 +216,23 @@ def _with_exact_integers(message: bytes, decoded: Any) -> Any:
 # -- the protocol ---------------------------------------------------------------------------------
 
 
+class _Positional(inspect.Signature):
+    """A signature of positional-only parameters whose binding checks the count of the arguments
+    first: jsonrpcserver binds every call's arguments to its method's signature, to answer those
+    that do not fit (a TypeError), and inspect's general binding was a fifth of its cost per request
+    (3 of 16 us in a round's imbalance query); any other call is bound the general way."""
+
+    __slots__ = ()
+
+    def bind(self, *args: Any, **kwargs: Any) -> inspect.BoundArguments:
+        if len(args) == len(self.parameters) and not kwargs:
+            return inspect.BoundArguments(self, dict(zip(self.parameters, args)))
+        return super().bind(*args, **kwargs)
+
+
 #: A method's arguments as jsonrpcserver passes them: the message's calls (its context) and the
 #: position of the request's own among them (its params).
-_CONTEXT_AND_POSITION = inspect.Signature(
+_CONTEXT_AND_POSITION = _Positional(
     [inspect.Parameter(name, inspect.Parameter.POSITIONAL_ONLY) for name in ("calls", "index")]
 )
 
