@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from .errors import InvalidInputError
@@ -108,13 +108,13 @@ def node_load(cpu: Any, maxcpu: Any, mem: Any, maxmem: Any) -> Any:
 
 
 # NodeStats, ResourceStats and core.usage.Resource are values: never changed once built, and
-# shared (between copies of a usage, between resources with equal records). They are not frozen
-# dataclasses only because those cost four times as much to build (an object.__setattr__ call
-# per field), and a snapshot of a 100k-candidate request builds thousands of them.
+# shared (between copies of a usage, between resources with equal records). They are msgspec
+# structs, built in C: a third of the cost of a slotted dataclass (135 ns), a twelfth of a frozen
+# one's (an object.__setattr__ call per field); a round places hundreds of resources, a snapshot of
+# a 100k-candidate request thousands. Untracked by the garbage collector: they hold no containers.
 
 
-@dataclass(slots=True)
-class NodeStats:
+class NodeStats(msgspec.Struct, gc=False):
     """Usage and capacity of one node (a value: never changed once built).
 
     ``cpu``: cores in use (float); ``maxcpu``: cores (int > 0); ``mem``/``maxmem``: bytes
@@ -152,8 +152,7 @@ class NodeStats:
         return node_load(self.cpu, float(self.maxcpu), float(self.mem), float(self.maxmem))
 
 
-@dataclass(slots=True)
-class ResourceStats:
+class ResourceStats(msgspec.Struct, gc=False):
     """Usage and limits of one resource (guest); a value, never changed once built (see
     :class:`NodeStats`).
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
+import msgspec
 import numpy as np
 
 from .errors import InvalidInputError, SchedulingError
@@ -27,10 +28,9 @@ def check_name(field: str, name: object) -> str:
     return name
 
 
-@dataclass(slots=True)
-class Resource:
+class Resource(msgspec.Struct, gc=False):
     """A resource (guest) in the usage: its stats, whether it runs, and its placement; a value,
-    never changed once built (not frozen for speed: see :class:`core.stats.NodeStats`).
+    never changed once built (a msgspec struct, for speed: see :class:`core.stats.NodeStats`).
 
     ``running`` False means *starting*. ``target`` set means the resource is moving from
     ``current`` to ``target`` and loads both nodes.

@@ -7,7 +7,6 @@ The expected side is a usage built afresh, to the same state, whose view was nev
 from __future__ import annotations
 
 import struct
-
 from unittest import mock
 
 import numpy as np
