@@ -103,7 +103,7 @@ def bytes_ok(column: np.ndarray) -> np.ndarray:
 def node_load(cpu: Any, maxcpu: Any, mem: Any, maxmem: Any) -> Any:
     """A node's load: the mean of its cpu load (``cpu / maxcpu``) and its memory load (``mem /
     maxmem``), a fraction. Floats, or float64 arrays for many nodes: the same operations in the same
-    order, so the same bits (byte counts as float64, as :meth:`NodeStats.mem_load` takes them)."""
+    order, so the same bits (byte counts as float64, as :attr:`NodeStats.load` takes them)."""
     return (cpu / maxcpu + mem / maxmem) / 2.0
 
 

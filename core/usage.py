@@ -94,8 +94,7 @@ class NodeView:
         maxmem = np.array([s.maxmem for s in stats], dtype=np.float64)
         if len(stats) <= _PYTHON_LOADS_UP_TO:
             # The same operations on the same float64 values as on the columns: the same bits.
-            loads = [node_load(s.cpu, float(s.maxcpu), float(s.mem), float(s.maxmem)) for s in stats]
-            load = np.array(loads, dtype=np.float64)
+            load = np.array([s.load for s in stats], dtype=np.float64)
         else:
             load = node_load(cpu, maxcpu, mem.astype(np.float64), maxmem)
         return cls(names, cpu, maxcpu, mem, maxmem, load)
