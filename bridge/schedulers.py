@@ -112,14 +112,45 @@ MUTATORS: dict[str, dict[str, Callable[[Any, Any], None]]] = {
 _method: Callable[[Any], str] = attrgetter("__struct_config__.tag")
 
 
+def _node_adds(stats_of: Callable[[Any], Any]) -> Callable[[Any, Any], None]:
+    """The bulk adder of ``add_node`` entries, whose node stats are ``stats_of(entry)``."""
+
+    def add(usage: Any, entries: Any) -> None:
+        for entry in entries:
+            usage.add_node(entry.nodename, stats_of(entry))
+
+    return add
+
+
+def _resource_adds(record: str) -> Callable[[Any, Any], None]:
+    """The bulk adder of ``add_service``/``add_resource`` entries, whose resource is ``record``."""
+
+    def add(usage: Any, entries: Any) -> None:
+        usage.add_resources([(entry.sid, wire.placed(getattr(entry, record))) for entry in entries])
+
+    return add
+
+
+#: mode -> method -> ``add(usage, entries)``: a run of ``scheduler.apply`` entries of that method
+#: (a round's nodes, its guests) added to the usage as they are, as the scheduler's methods would
+#: add them: the models bounded every value as the engine's checks would.
+_BULK = {
+    "static": {"add_node": _node_adds(wire.static_node_stats), "add_service": _resource_adds(_ADDS["static"][1])},
+    "dynamic": {
+        "add_node": _node_adds(lambda entry: wire.node_stats(entry.stats)),
+        "add_resource": _resource_adds(_ADDS["dynamic"][1]),
+    },
+}
+
+
 def apply(scheduler: Scheduler, mode: str, entries: list) -> None:
     """Run the ``scheduler.apply`` ``entries`` on ``scheduler`` (of ``mode``) in order, all or nothing.
 
     They run on a copy of the usage, which replaces the scheduler's only when every one
     succeeded; the first failure is raised as a :class:`~bridge.errors.MutationError` naming its
-    entry, and the scheduler is unchanged. Runs of resource adds (a round's guests) go to the
-    engine in bulk (:meth:`~core.Scheduler.add_resources`, documented as the adds one by one);
-    should that fail, the entries run again one by one on a fresh copy, which names the failing one.
+    entry, and the scheduler is unchanged. Runs of node and resource adds (a round's nodes and
+    guests) go to the usage in bulk (:data:`_BULK`); should that fail, the entries run again one
+    by one on a fresh copy, which names the failing one.
     """
     trial = _trial(scheduler)
     try:
@@ -142,11 +173,10 @@ def _trial(scheduler: Scheduler) -> Scheduler:
 
 
 def _run_in_bulk(trial: Scheduler, mode: str, entries: list) -> None:
-    mutators, (adds, record) = MUTATORS[mode], _ADDS[mode]
+    mutators, bulk = MUTATORS[mode], _BULK[mode]
     for method, run in itertools.groupby(entries, key=_method):
-        if method == adds:
-            # Checked by the models' bounds already: the usage takes them as they are.
-            trial.usage.add_resources([(entry.sid, wire.placed(getattr(entry, record))) for entry in run])
+        if method in bulk:
+            bulk[method](trial.usage, run)
         else:
             for entry in run:
                 mutators[method](trial, entry)

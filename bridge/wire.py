@@ -424,6 +424,12 @@ def node_stats(stats: Any) -> NodeStats:
     return NodeStats(unsigned(stats.cpu), stats.maxcpu, stats.mem, stats.maxmem)
 
 
+def static_node_stats(node: Any) -> NodeStats:
+    """A static node's stats (a node of a snapshot, or add_node's params): its ``maxcpu`` cores and
+    ``maxmem`` bytes, nothing in use."""
+    return NodeStats(0.0, node.maxcpu, 0, node.maxmem)
+
+
 def placed(record: Any) -> Resource:
     """A resource as add_service/add_resource take it: stats, running, current and target node."""
     return Resource(resource_stats(record.stats), record.running, record.current_node, record.target_node)
@@ -447,7 +453,7 @@ def snapshot_scheduler(usage: Any, formula: str) -> Scheduler:
     # The models bound every value as the engine's own checks would: the usage takes them as
     # they are (a third of the cost of a big snapshot), checking what needs its state.
     for node in usage.nodes:
-        stats = NodeStats(0.0, node.maxcpu, 0, node.maxmem) if mode == "static" else node_stats(node)
+        stats = static_node_stats(node) if mode == "static" else node_stats(node)
         scheduler.usage.add_node(node.name, stats)
     scheduler.usage.add_resources([(res.sid, placed(res)) for res in usage.resources])
     return scheduler

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import Any
 
+import msgspec
 import numpy as np
 
 from .errors import InvalidInputError
@@ -99,14 +100,21 @@ def bytes_ok(column: np.ndarray) -> np.ndarray:
     return (column >= 0) & (column <= MAX_BYTES)
 
 
+def node_load(cpu: Any, maxcpu: Any, mem: Any, maxmem: Any) -> Any:
+    """A node's load: the mean of its cpu load (``cpu / maxcpu``) and its memory load (``mem /
+    maxmem``), a fraction. Floats, or float64 arrays for many nodes: the same operations in the same
+    order, so the same bits (byte counts as float64, as :attr:`NodeStats.load` takes them)."""
+    return (cpu / maxcpu + mem / maxmem) / 2.0
+
+
 # NodeStats, ResourceStats and core.usage.Resource are values: never changed once built, and
-# shared (between copies of a usage, between resources with equal records). They are not frozen
-# dataclasses only because those cost four times as much to build (an object.__setattr__ call
-# per field), and a snapshot of a 100k-candidate request builds thousands of them.
+# shared (between copies of a usage, between resources with equal records). They are msgspec
+# structs, built in C: a third of the cost of a slotted dataclass (135 ns), a twelfth of a frozen
+# one's (an object.__setattr__ call per field); a round places hundreds of resources, a snapshot of
+# a 100k-candidate request thousands. Untracked by the garbage collector: they hold no containers.
 
 
-@dataclass(slots=True)
-class NodeStats:
+class NodeStats(msgspec.Struct, gc=False):
     """Usage and capacity of one node (a value: never changed once built).
 
     ``cpu``: cores in use (float); ``maxcpu``: cores (int > 0); ``mem``/``maxmem``: bytes
@@ -140,12 +148,11 @@ class NodeStats:
 
     @property
     def load(self) -> float:
-        """Mean of cpu and memory load."""
-        return (self.cpu_load + self.mem_load) / 2.0
+        """Mean of cpu and memory load (:func:`node_load`)."""
+        return node_load(self.cpu, float(self.maxcpu), float(self.mem), float(self.maxmem))
 
 
-@dataclass(slots=True)
-class ResourceStats:
+class ResourceStats(msgspec.Struct, gc=False):
     """Usage and limits of one resource (guest); a value, never changed once built (see
     :class:`NodeStats`).
 

@@ -7,12 +7,18 @@ The expected side is a usage built afresh, to the same state, whose view was nev
 from __future__ import annotations
 
 import struct
+from unittest import mock
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+import crs_bridge.core.usage as usage_module
 from crs_bridge.core import Aggregation, NodeStats, ResourceStats, SchedulingError, Usage
-from crs_bridge.core.usage import Resource
+from crs_bridge.core.limits import MAX_BYTES, MAX_CORES
+from crs_bridge.core.usage import NodeView, Resource
+from tests import reference as ref
 
 GiB = 1024**3
 
@@ -20,7 +26,8 @@ GiB = 1024**3
 def columns(usage: Usage, aggregation: Aggregation) -> tuple:
     view = usage.view(aggregation)
     bits = [struct.pack("<d", x) for x in view.cpu.tolist()]
-    return view.names, bits, view.mem.tolist(), view.maxcpu.tolist(), view.maxmem.tolist()
+    loads = [struct.pack("<d", x) for x in view.load.tolist()]
+    return view.names, bits, view.mem.tolist(), view.maxcpu.tolist(), view.maxmem.tolist(), loads
 
 
 def resource(cpu: float, running: bool, current: str, target: str | None = None) -> Resource:
@@ -82,7 +89,26 @@ def test_a_failed_change_keeps_the_view_and_a_copy_has_its_own():
 
 def test_views_are_read_only():
     view = base().view(Aggregation.STARTED)
-    for column in (view.cpu, view.maxcpu, view.mem, view.maxmem):
+    for column in (view.cpu, view.maxcpu, view.mem, view.maxmem, view.load):
         with pytest.raises(ValueError):
             column[0] = 0
         assert isinstance(column, np.ndarray)
+
+
+#: Byte counts of a few GiB, and beyond 2**53 with low bits set: taken as floats, they round.
+BYTES = st.one_of(st.integers(1, 2**40), st.integers(2**53, MAX_BYTES).map(lambda count: count | 0x3FF))
+#: Node stats over the whole accepted range.
+ANY_NODE = st.builds(NodeStats, st.floats(0.0, MAX_CORES), st.integers(1, int(MAX_CORES)), BYTES, BYTES)
+
+
+@given(st.lists(ANY_NODE, min_size=0, max_size=2 * usage_module._PYTHON_LOADS_UP_TO + 1))
+def test_loads_node_by_node_and_by_columns_are_the_references(stats):
+    """A view's loads, computed node by node in Python (few nodes) or on the columns (many), have
+    the reference's bits either way."""
+    names = [f"n{i}" for i in range(len(stats))]
+    expected = [struct.pack("<d", ref.load(s)) for s in stats]
+    for up_to in (0, len(stats)):  # on the columns; node by node
+        with mock.patch.object(usage_module, "_PYTHON_LOADS_UP_TO", up_to):
+            view = NodeView.from_stats(names, stats)
+        assert [struct.pack("<d", x) for x in view.load.tolist()] == expected
+        assert view.load.dtype == np.float64

@@ -182,6 +182,22 @@ FAILURES = [
         "mutations[0].resource 'vm:big'.stats.maxmem",
     ),
     ("dynamic", [["add_node", "n1", node_stats(1.0)]], -32000, 0, "add_node", "node 'n1' already exists"),
+    (  # in a run of node adds (added in bulk): the run's own entry is named
+        "dynamic",
+        [["add_node", "n5", node_stats(1.0)], ["add_node", "n6", node_stats(2.0)], ["add_node", "n5", node_stats(3.0)]],
+        -32000,
+        2,
+        "add_node",
+        "node 'n5' already exists",
+    ),
+    (
+        "static",
+        [["add_node", "n5", 4, GiB], ["add_node", "n6", 4, GiB], ["add_node", "n6", 8, GiB]],
+        -32000,
+        2,
+        "add_node",
+        "node 'n6' already exists",
+    ),
     (
         "dynamic",
         [["add_node", "n5", {**node_stats(1.0), "maxcpu": 0}]],

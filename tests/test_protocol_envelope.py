@@ -87,12 +87,36 @@ def test_mixed_batch_answers_each_request_but_no_notification(bridge):
     ]
     bridge.send(batch)
     answers = bridge.read()
-    assert isinstance(answers, list) and len(answers) == 4
+    assert isinstance(answers, list) and [a["id"] for a in answers] == ["new", None, "missing", "imbalance"]
     by_id = {a["id"]: a for a in answers}
     assert by_id["new"]["result"]["scheduler"].startswith("s")
     assert error_of(by_id[None])[0] == -32600
     assert error_of(by_id["missing"])[0] == -32601
     assert by_id["imbalance"]["result"] == 0.0
+
+
+def test_batch_answers_are_in_request_order_among_invalid_requests_and_notifications(bridge):
+    """Each answer in its request's place: the valid requests run in one dispatch, in order (a
+    notification's new scheduler counts for the next request), invalid ones are answered apart."""
+    before = bridge.call("bridge.info")["schedulers"]
+    batch = [
+        {"jsonrpc": "2.0", "method": 7, "id": "bad method"},
+        bridge.message("scheduler.new", {"mode": "static"}),  # notification
+        bridge.message("bridge.info", None, "info"),
+        bridge.message("scheduler.free", ["no-such-handle"], "free"),
+        "not a request",
+        bridge.message("scheduler.new", {"mode": "dynamic", "scheduler": "ordered"}, "new"),
+        bridge.message("scheduler.list_nodes", ["ordered"], "nodes"),
+        bridge.message("no.such.method"),  # notification of an unknown method: no answer
+    ]
+    bridge.send(batch)
+    answers = bridge.read()
+    assert [a["id"] for a in answers] == [None, "info", "free", None, "new", "nodes"]
+    assert error_of(answers[0])[0] == error_of(answers[3])[0] == -32600
+    assert answers[1]["result"]["schedulers"] == before + 1
+    assert error_of(answers[2])[0] == -32001
+    assert answers[4]["result"] == {"scheduler": "ordered"} and answers[5]["result"] == []
+    bridge.call("scheduler.free", ["ordered"])
 
 
 def test_batch_of_notifications_gets_no_answer(bridge):
