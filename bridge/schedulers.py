@@ -33,6 +33,10 @@ class Staging:
     parts: list[CandidateBatch] = field(default_factory=list)
 
 
+#: Most freed schedulers kept for deallocation while the server waits (HA frees one a round).
+_FREED_KEPT = 4
+
+
 @dataclass
 class State:
     """The server's state: live schedulers by handle, their staged candidates, the limits."""
@@ -46,6 +50,11 @@ class State:
     methods: dict[str, MethodSpec] = field(default_factory=dict)
     #: Their OpenRPC document, once ``rpc.discover`` asked for it.
     document: dict | None = None
+    #: Schedulers freed since the server last waited for input, deallocated only then
+    #: (:meth:`drop_freed`): a round's first batch frees the last round's scheduler, whose
+    #: objects took longer to free than its new scheduler's nodes took to add (4 x 300: 23 us;
+    #: 48 x 10000: 0.5 ms), on the way to the round's first answers.
+    freed: list[Scheduler] = field(default_factory=list)
     _handles: itertools.count = field(default_factory=lambda: itertools.count(1))
 
     def scheduler(self, handle: str) -> Scheduler:
@@ -67,6 +76,20 @@ class State:
             raise ParamsError([("scheduler", f"the handle '{shorten(handle)}' is in use; free it or choose another")])
         self.schedulers[handle] = scheduler
         return handle
+
+    def free(self, handle: str) -> None:
+        """Forget the live scheduler behind ``handle`` (UnknownHandleError if none) and its staged
+        candidates; the scheduler waits in :attr:`freed` (a few at most: a client that never lets
+        the server wait must not pile them up)."""
+        self.freed.append(self.scheduler(handle))
+        del self.schedulers[handle]
+        self.staged.pop(handle, None)
+        if len(self.freed) > _FREED_KEPT:
+            self.drop_freed()
+
+    def drop_freed(self) -> None:
+        """Deallocate the freed schedulers (the server calls it before it waits for input)."""
+        self.freed.clear()
 
 
 # -- mutations: one call each, or many at once ------------------------------------------------
@@ -356,9 +379,7 @@ STAGING_METHODS = frozenset(spec.name for spec in STAGING)
 
 
 def _free(state: State, p: Any) -> bool:
-    state.scheduler(p.scheduler)
-    del state.schedulers[p.scheduler]
-    state.staged.pop(p.scheduler, None)
+    state.free(p.scheduler)
     return True
 
 

@@ -139,6 +139,7 @@ def serve(
 
     def before_wait() -> None:
         writer.flush()  # the answers leave first
+        state.drop_freed()  # then freed schedulers go, while the client reads the answers
         poll()
 
     reader = FrameReader(in_fd, limits.max_message_bytes, before_wait=before_wait)
