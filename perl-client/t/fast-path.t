@@ -130,6 +130,7 @@ subtest 'dynamic node stats: the fast path journals what the exact decoders jour
         { cpu => 10 / 3, maxcpu => 31.7, mem => 2.5 * GiB, maxmem => 2**50 + 1 },    # usize truncates
         { cpu => 7, maxcpu => 8.0, mem => 3e9, maxmem => 4e9 },
         { cpu => 2**53, maxcpu => 2**53, mem => MAX_BYTES, maxmem => MAX_BYTES },    # the bounds
+        { cpu => unpack('d>', pack('H*', '8000000000000000')), maxcpu => 4, mem => 0, maxmem => 1 },    # -0.0
     );
     # The same stats with every value behind a reference (perlmod follows it; the fast path does not).
     my @referenced = map { my $s = $_; +{ map { ($_ => \$s->{$_}) } keys %$s } } @stats;

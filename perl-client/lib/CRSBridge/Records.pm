@@ -89,7 +89,8 @@ sub node_stats_param {
             && $mem >= 0 && $mem < MAX_BYTES + 1 && $maxmem >= 1 && $maxmem < MAX_BYTES + 1)
         {
             $mem = int($mem);
-            return ('{"cpu":' . json_num($cpu) . ',"maxcpu":' . int($maxcpu) . ',"mem":' . $mem
+            # 0 + $cpu: the number as the exact decoder takes it (-0.0 becomes 0, as it writes it).
+            return ('{"cpu":' . json_num(0 + $cpu) . ',"maxcpu":' . int($maxcpu) . ',"mem":' . $mem
                 . ',"maxmem":' . int($maxmem) . '}', 0, $mem);
         }
     }
