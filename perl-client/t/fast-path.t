@@ -338,6 +338,9 @@ subtest "candidates: the written-out rendering is the exact decoder's" => sub {
     }
     my $surrogate = [ @plain, { leader => 'vm:1', resources => ['vm:1'], nodes => [ "n\x{d800}" ] } ];
     like(error_of { CRSBridge::Records::candidates_param($surrogate) }, qr/U\+D800/, 'a surrogate dies');
+    my $surrogate_first = [ @$surrogate, $odd[1] ];
+    is(error_of { CRSBridge::Records::candidates_param($surrogate_first) }, error_of { $exact->($surrogate_first) },
+        '... before an invalid candidate after it, as in the exact decoder');
 };
 
 sub static_cluster_with {

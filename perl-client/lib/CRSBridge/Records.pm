@@ -166,12 +166,19 @@ sub candidates_param {
                 . ',"nodes":' . ($lists{ join("\0", @$nodes) } // _names_fast($nodes, \%lists) // last FAST) . '},';
             next CANDIDATE;
         }
+        # A candidate the exact decoder may refuse: the names past Latin-1 before it are checked
+        # first, as it checks them in order.
+        return _candidates_exact($list) if utf8::is_utf8($json);
         $json .= _candidate_exact($c) . ',';
     }
     # Names with characters past Latin-1 (one test for all): the exact decoder checks them all.
-    return '[' . join(',', map { _candidate_exact($_) } @$list) . ']' if utf8::is_utf8($json);
+    return _candidates_exact($list) if utf8::is_utf8($json);
     chop $json if length $json > 1;    # the last comma
     return $json . ']';
+}
+
+sub _candidates_exact {
+    return '[' . join(',', map { _candidate_exact($_) } @{ $_[0] }) . ']';
 }
 
 sub _scalar_ref { return ref $_[0] eq 'SCALAR' || ref $_[0] eq 'REF' }
