@@ -336,6 +336,9 @@ subtest "candidates: the written-out rendering is the exact decoder's" => sub {
         is(eval { CRSBridge::Records::candidates_param($with) } // $@, $expected,
             'leader ' . ($leader // 'undef') . ': as the exact decoder has it (' . substr((split /\n/, $expected)[0], 0, 60) . ')');
     }
+    my $nul = [ @plain[ 0 .. 2 ], { leader => 'vm:20', resources => ['vm:20'], nodes => ["n1\0n2"] } ];
+    is(CRSBridge::Records::candidates_param($nul), $exact->($nul),
+        'a name holding NUL, after a list of the names it joins: the one name');
     my $surrogate = [ @plain, { leader => 'vm:1', resources => ['vm:1'], nodes => [ "n\x{d800}" ] } ];
     like(error_of { CRSBridge::Records::candidates_param($surrogate) }, qr/U\+D800/, 'a surrogate dies');
     my $surrogate_first = [ @$surrogate, $odd[1] ];
