@@ -130,6 +130,7 @@ subtest 'dynamic node stats: the fast path journals what the exact decoders jour
         { cpu => 10 / 3, maxcpu => 31.7, mem => 2.5 * GiB, maxmem => 2**50 + 1 },    # usize truncates
         { cpu => 7, maxcpu => 8.0, mem => 3e9, maxmem => 4e9 },
         { cpu => 2**53, maxcpu => 2**53, mem => MAX_BYTES, maxmem => MAX_BYTES },    # the bounds
+        { cpu => unpack('d>', pack('H*', '8000000000000000')), maxcpu => 4, mem => 0, maxmem => 1 },    # -0.0
     );
     # The same stats with every value behind a reference (perlmod follows it; the fast path does not).
     my @referenced = map { my $s = $_; +{ map { ($_ => \$s->{$_}) } keys %$s } } @stats;
@@ -335,8 +336,14 @@ subtest "candidates: the written-out rendering is the exact decoder's" => sub {
         is(eval { CRSBridge::Records::candidates_param($with) } // $@, $expected,
             'leader ' . ($leader // 'undef') . ': as the exact decoder has it (' . substr((split /\n/, $expected)[0], 0, 60) . ')');
     }
+    my $nul = [ @plain[ 0 .. 2 ], { leader => 'vm:20', resources => ['vm:20'], nodes => ["n1\0n2"] } ];
+    is(CRSBridge::Records::candidates_param($nul), $exact->($nul),
+        'a name holding NUL, after a list of the names it joins: the one name');
     my $surrogate = [ @plain, { leader => 'vm:1', resources => ['vm:1'], nodes => [ "n\x{d800}" ] } ];
     like(error_of { CRSBridge::Records::candidates_param($surrogate) }, qr/U\+D800/, 'a surrogate dies');
+    my $surrogate_first = [ @$surrogate, $odd[1] ];
+    is(error_of { CRSBridge::Records::candidates_param($surrogate_first) }, error_of { $exact->($surrogate_first) },
+        '... before an invalid candidate after it, as in the exact decoder');
 };
 
 sub static_cluster_with {

@@ -89,7 +89,8 @@ sub node_stats_param {
             && $mem >= 0 && $mem < MAX_BYTES + 1 && $maxmem >= 1 && $maxmem < MAX_BYTES + 1)
         {
             $mem = int($mem);
-            return ('{"cpu":' . json_num($cpu) . ',"maxcpu":' . int($maxcpu) . ',"mem":' . $mem
+            # 0 + $cpu: the number as the exact decoder takes it (-0.0 becomes 0, as it writes it).
+            return ('{"cpu":' . json_num(0 + $cpu) . ',"maxcpu":' . int($maxcpu) . ',"mem":' . $mem
                 . ',"maxmem":' . int($maxmem) . '}', 0, $mem);
         }
     }
@@ -145,7 +146,10 @@ sub candidates_param {
     $list = $$list while _scalar_ref($list);
     arg_string_list($_[0]) if (Scalar::Util::reftype($list) // '') ne 'ARRAY';    # dies with serde's message
     my $json = '[';    # then each candidate rendered, and a comma (appended: no list to join)
-    my %lists;    # name lists already rendered by _names_fast, by their join
+    # Name lists already rendered by _names_fast (the HA manager's candidates repeat a few
+    # target lists), by their count and their join: a name holding NUL must not find the
+    # rendering of the names it joins (a count as a key of its own costs a string a candidate).
+    my @lists;
     no warnings 'uninitialized';    # an undef name joins as '' (and then takes the exact path)
     # The common shape, written out (every bundle of every HA round: 0.54 us a bundle of 4 x 300,
     # where a rendering in a variable of its own, checked and then appended, took 0.73): a plain leader
@@ -162,15 +166,22 @@ sub candidates_param {
                 . (@$resources == 1 && !ref $resources->[0] && !_number($resources->[0]) && $resources->[0] eq $leader
                     ? qq(["$leader"])
                     : _names_fast($resources) // last FAST)
-                . ',"nodes":' . ($lists{ join("\0", @$nodes) } // _names_fast($nodes, \%lists) // last FAST) . '},';
+                . ',"nodes":' . ($lists[@$nodes]{ join("\0", @$nodes) } //= _names_fast($nodes) // last FAST) . '},';
             next CANDIDATE;
         }
+        # A candidate the exact decoder may refuse: the names past Latin-1 before it are checked
+        # first, as it checks them in order.
+        return _candidates_exact($list) if utf8::is_utf8($json);
         $json .= _candidate_exact($c) . ',';
     }
     # Names with characters past Latin-1 (one test for all): the exact decoder checks them all.
-    return '[' . join(',', map { _candidate_exact($_) } @$list) . ']' if utf8::is_utf8($json);
+    return _candidates_exact($list) if utf8::is_utf8($json);
     chop $json if length $json > 1;    # the last comma
     return $json . ']';
+}
+
+sub _candidates_exact {
+    return '[' . join(',', map { _candidate_exact($_) } @{ $_[0] }) . ']';
 }
 
 sub _scalar_ref { return ref $_[0] eq 'SCALAR' || ref $_[0] eq 'REF' }
@@ -179,22 +190,16 @@ sub _scalar_ref { return ref $_[0] eq 'SCALAR' || ref $_[0] eq 'REF' }
 # an element might be something else. Numbers stringify to something starting with a digit, a
 # sign or a dot (the join gives them a string body, which arg_string_list sees through),
 # references to "...(0x...)", undef to an empty element, infinities and NaN to "Inf", "-Inf" and
-# "NaN"; such lists (and names that merely look like that) take the exact path. With \%seen,
-# lists already rendered are looked up by their join (the verdict depends on nothing else): the
-# HA manager's candidates repeat the same few target lists.
+# "NaN"; such lists (and names that merely look like that) take the exact path.
 sub _names_fast {
-    my ($list, $seen) = @_;
+    my ($list) = @_;
     return '[]' if !@$list;
     no warnings 'uninitialized';
     my $joined = join("\0", @$list);
-    my $json = $seen && $seen->{$joined};
-    return $json if $json;
     return undef if ($joined =~ tr/\x00-\x1f"\\//) != $#$list || $joined eq ''
         || $joined =~ /\0[-+.0-9\0]/ || $joined =~ /^[-+.0-9\0]/ || substr($joined, -1) eq "\0"
         || index($joined, '(0x') >= 0 || $joined =~ /(?:^|\0)(?:Inf|NaN)(?:\0|\z)/;
-    $json = '["' . join('","', @$list) . '"]';
-    $seen->{$joined} = $json if $seen;
-    return $json;
+    return '["' . join('","', @$list) . '"]';
 }
 
 my @CANDIDATE = (leader => \&arg_string, resources => \&arg_string_list, nodes => \&arg_string_list);
