@@ -20,6 +20,7 @@ only what the models accept, with the same values.
 from __future__ import annotations
 
 import functools
+import itertools
 import types
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import attrgetter
@@ -63,8 +64,8 @@ _VALIDATORS = {
 #: as JSON text; :meth:`ParamsDecoder.checked` decodes (checks) each distinct text once, by the
 #: field's own type, into one tuple that the records with that text share, and hands a list of
 #: such records over as the engine's columns (:data:`COLUMNS`), the field a
-#: :class:`~core.candidates.RepeatedLists` keyed by the texts: the engine tells the equal lists
-#: apart by them, and no record is touched again.
+#: :class:`~core.candidates.RepeatedLists` numbered by the texts: the engine looks each distinct
+#: list up once, and no record is touched again.
 REPEATING = {(m.CompactCandidate, "nodes")}
 
 
@@ -316,11 +317,14 @@ class ParamsDecoder:
             if not (type(records) is list and records and type(records[0]) is record):
                 continue  # none, or columns already
             texts = list(map(bytes, map(attrgetter(field), records)))
+            numbers = dict.fromkeys(texts)  # the distinct texts, in order
             try:
-                decoded = {text: decoder.decode(text) for text in dict.fromkeys(texts)}
+                lists = [decoder.decode(text) for text in numbers]
             except REFUSED:
                 return None
-            columns.append((name, _COLUMNS[record](records, RepeatedLists(texts, decoded))))
+            numbers = dict(zip(numbers, itertools.count()))
+            rows = np.fromiter(map(numbers.__getitem__, texts), dtype=np.int64, count=len(texts))
+            columns.append((name, _COLUMNS[record](records, RepeatedLists(rows, lists))))
         for name, value in columns:  # once every check passed: refused params keep their records
             setattr(params, name, value)
         return params
@@ -542,7 +546,7 @@ def candidate_counts(candidates: Any) -> tuple[int, int]:
     a bundle counts once per entry of its ``nodes``; an expanded candidate counts once (the list's
     form as :func:`bridge.models.candidate_form` decides it)."""
     if type(candidates) is CompactColumns:  # checked: every bundle has both lists (counted in C)
-        return sum(map(len, candidates.nodes)), sum(map(len, candidates.resources))
+        return int(candidates.nodes.lengths().sum()), sum(map(len, candidates.resources))
     first = candidates[0]
     if type(first) is Candidate or m.candidate_form(candidates) == "expanded":
         return len(candidates), 0

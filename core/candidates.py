@@ -4,7 +4,7 @@ columnar :class:`CandidateBatch` every scorer works on."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Hashable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,26 +75,31 @@ class CandidateColumns:
 
 class RepeatedLists(Sequence[tuple[str, ...]]):
     """A column of name lists of which many rows share one (the target lists of an HA round's
-    bundles: all nodes but the guest's own): row ``i`` is ``lists[keys[i]]``. A decoder that
-    tells equal lists apart by a key (their JSON text, say) hands each distinct list over once,
-    and the expansion looks each one up once."""
+    bundles: all nodes but the guest's own): row ``i`` is ``lists[numbers[i]]``. A decoder that
+    tells equal lists apart (by their JSON text, say) hands each distinct list over once, with
+    each row's number of it (int64, each below ``len(lists)``), and the expansion looks each
+    list up once."""
 
-    __slots__ = ("keys", "lists")
+    __slots__ = ("numbers", "lists")
 
-    def __init__(self, keys: Sequence[Hashable], lists: Mapping[Hashable, tuple[str, ...]]) -> None:
-        self.keys = keys
+    def __init__(self, numbers: np.ndarray, lists: Sequence[tuple[str, ...]]) -> None:
+        self.numbers = numbers
         self.lists = lists
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self.numbers)
 
     def __getitem__(self, row):  # a row (an int); a slice gives a list of rows
         if isinstance(row, slice):
-            return list(map(self.lists.__getitem__, self.keys[row]))
-        return self.lists[self.keys[row]]
+            return list(map(self.lists.__getitem__, self.numbers[row].tolist()))
+        return self.lists[self.numbers[row]]
 
     def __iter__(self) -> Iterator[tuple[str, ...]]:
-        return map(self.lists.__getitem__, self.keys)
+        return map(self.lists.__getitem__, self.numbers.tolist())
+
+    def lengths(self) -> np.ndarray:
+        """Each row's count of names (int64)."""
+        return np.fromiter(map(len, self.lists), dtype=np.int64, count=len(self.lists))[self.numbers]
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,14 +318,7 @@ def _target_positions(
 
     Target lists repeat (all nodes but the guest's own, say): each distinct one is looked up once,
     and the rows' positions are gathered from the distinct ones' in one NumPy step."""
-    if isinstance(nodes, RepeatedLists):
-        keys, names_of = nodes.keys, nodes.lists.__getitem__
-    else:
-        keys, names_of = list(map(tuple, nodes)), None
-    # Each row's first row with an equal list (one hash and compare of each key, in C).
-    first: dict[Hashable, int] = {}
-    firsts = np.fromiter(map(first.setdefault, keys, itertools.count()), dtype=np.int64, count=len(keys))
-    distinct = list(first) if names_of is None else list(map(names_of, first))
+    dense, distinct = (nodes.numbers, nodes.lists) if isinstance(nodes, RepeatedLists) else _distinct_lists(nodes)
     if not distinct:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
     widths = list(map(len, distinct))
@@ -332,8 +330,6 @@ def _target_positions(
         table = np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=sum(widths))
     except KeyError:
         return None
-    # Row i takes distinct list dense[i].
-    dense = np.searchsorted(np.fromiter(first.values(), dtype=np.int64, count=len(first)), firsts)
     width = widths[0]
     if widths.count(width) == len(widths):
         # Lists of one length (all nodes but the guest's own) are a table's rows: one gather, not
@@ -346,6 +342,16 @@ def _target_positions(
     row_offsets = np.cumsum(counts) - counts
     gather = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(starts[dense] - row_offsets, counts)
     return table[gather], counts
+
+
+def _distinct_lists(rows: Sequence[Sequence[str]]) -> tuple[np.ndarray, list[tuple[str, ...]]]:
+    """Each row's number among the distinct lists of ``rows`` (int64), and those lists in order."""
+    keys = list(map(tuple, rows))
+    # Each row's first row with an equal list (one hash and compare of each key, in C).
+    first: dict[Hashable, int] = {}
+    firsts = np.fromiter(map(first.setdefault, keys, itertools.count()), dtype=np.int64, count=len(keys))
+    dense = np.searchsorted(np.fromiter(first.values(), dtype=np.int64, count=len(first)), firsts)
+    return dense, list(first)
 
 
 def concat_batches(parts: Sequence[CandidateBatch]) -> CandidateBatch:

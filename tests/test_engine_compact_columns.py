@@ -1,5 +1,5 @@
 """Bundles as columns in the engine: expanded as the bundle objects are, target lists given as
-lists or keyed by their text (:class:`core.candidates.RepeatedLists`)."""
+lists or numbered by their text (:class:`core.candidates.RepeatedLists`)."""
 
 from __future__ import annotations
 
@@ -88,12 +88,13 @@ def bundle_columns_with_shared_targets(draw):
     return CompactColumns(leaders, resources, nodes)
 
 
-def keyed_by_text(columns: CompactColumns) -> CompactColumns:
-    """The columns with their target lists as :class:`RepeatedLists` keyed by JSON text, as
+def numbered_by_text(columns: CompactColumns) -> CompactColumns:
+    """The columns with their target lists as :class:`RepeatedLists` numbered by JSON text, as
     a decoder may hand them over."""
-    keys = [orjson.dumps(names) for names in columns.nodes]
-    lists = {key: tuple(names) for key, names in zip(keys, columns.nodes)}
-    return CompactColumns(columns.leaders, columns.resources, RepeatedLists(keys, lists))
+    numbers: dict[bytes, int] = {}
+    rows = [numbers.setdefault(orjson.dumps(names), len(numbers)) for names in columns.nodes]
+    lists = [tuple(orjson.loads(text)) for text in numbers]
+    return CompactColumns(columns.leaders, columns.resources, RepeatedLists(np.array(rows, dtype=np.int64), lists))
 
 
 @given(clusters(), st.one_of(bundle_columns(), bundle_columns_with_shared_targets()))
@@ -102,13 +103,13 @@ def test_columns_expand_as_the_bundles_do(scheduler, columns):
     target lists as lists or keyed by their text."""
     view = scheduler.view()
     slow = outcome(lambda: expand_compact(scheduler.usage, view, columns.bundles()))
-    for form in (columns, keyed_by_text(columns)):
+    for form in (columns, numbered_by_text(columns)):
         assert outcome(lambda form=form: expand_compact_columns(scheduler.usage, view, form)) == slow
 
 
 def test_repeated_lists_read_as_the_lists_they_stand_for():
     lists = [["n1", "n2"], ["n3"], ["n1", "n2"], []]
-    repeated = keyed_by_text(CompactColumns(["a"] * 4, [["a"]] * 4, lists)).nodes
+    repeated = numbered_by_text(CompactColumns(["a"] * 4, [["a"]] * 4, lists)).nodes
     assert len(repeated) == 4
     assert list(repeated) == [tuple(names) for names in lists]
     assert [repeated[i] for i in range(4)] == list(repeated) and repeated[-1] == ()
