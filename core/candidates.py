@@ -274,9 +274,9 @@ def _valid_compact_batch(usage: Usage, view: NodeView, compact: CompactColumns) 
         if leader is None or leader.target is not None or leader_sid not in members:
             return None
         # bundle_stats' fold from zeros, member by member: the same sums to the last bit.
-        if len(members) == 1:  # the leader alone, the common bundle
-            stats = leader.stats
-            bundle_cpu, bundle_mem = ZERO_RESOURCE.cpu + stats.cpu, ZERO_RESOURCE.mem + stats.mem
+        if len(members) == 1:  # the leader alone, the common bundle: its fold is 0 + mem (the same
+            stats = leader.stats  # int) and 0.0 + cpu, done below for all rows at once
+            bundle_cpu, bundle_mem = stats.cpu, stats.mem
         else:
             bundle_cpu, bundle_mem = ZERO_RESOURCE.cpu, ZERO_RESOURCE.mem
             for sid in members:
@@ -285,8 +285,8 @@ def _valid_compact_batch(usage: Usage, view: NodeView, compact: CompactColumns) 
                     return None
                 bundle_cpu += member.stats.cpu
                 bundle_mem += member.stats.mem
-        if bundle_mem > MAX_BYTES:
-            return None
+            if bundle_mem > MAX_BYTES:  # (a lone leader's is a resource's: the usage holds it)
+                return None
         sources.append(index[leader.current])
         cpu.append(bundle_cpu)
         mem.append(bundle_mem)
@@ -305,7 +305,9 @@ def _valid_compact_batch(usage: Usage, view: NodeView, compact: CompactColumns) 
         sid_index=np.arange(len(sources), dtype=np.int64).repeat(counts),
         src=src,
         tgt=tgt,
-        cpu=np.array(cpu, dtype=np.float64).repeat(counts),
+        # + 0.0: the lone leaders' fold (-0.0 becomes 0.0); a fold from 0.0 is never -0.0, so
+        # the other bundles' sums stay as they are.
+        cpu=(np.array(cpu, dtype=np.float64) + ZERO_RESOURCE.cpu).repeat(counts),
         mem=np.array(mem, dtype=np.int64).repeat(counts),
     )
 
