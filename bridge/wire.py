@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 import types
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import attrgetter
@@ -32,7 +33,6 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
-from ..core.candidates import RepeatedLists
 from ..core import (
     CandidateColumns,
     CompactColumns,
@@ -43,6 +43,7 @@ from ..core import (
     Scheduler,
     new_scheduler,
 )
+from ..core.candidates import RepeatedLists
 from . import models as m
 from .errors import ParamsError
 from .limits import how_to_raise
@@ -316,7 +317,9 @@ class ParamsDecoder:
             records = getattr(params, name)
             if not (type(records) is list and records and type(records[0]) is record):
                 continue  # none, or columns already
-            texts = list(map(bytes, map(attrgetter(field), records)))
+            # b"" + text: the bytes of a Raw without bytes()'s parsing of its arguments (300 texts:
+            # 14 us against 21).
+            texts = list(map(operator.add, itertools.repeat(b""), map(attrgetter(field), records)))
             numbers = dict.fromkeys(texts)  # the distinct texts, in order
             try:
                 lists = [decoder.decode(text) for text in numbers]

@@ -240,7 +240,9 @@ def test_each_bundle_gets_the_target_list_of_its_own_text():
 
 
 TARGET_TEXTS = st.lists(st.sampled_from(["A", "B", "\u00e4", "x\u0000y", 'b"c']), max_size=3).flatmap(
-    lambda names: st.sampled_from([json.dumps(names), json.dumps(names, ensure_ascii=False), json.dumps(names, indent=1)])
+    lambda names: st.sampled_from(
+        [json.dumps(names), json.dumps(names, ensure_ascii=False), json.dumps(names, indent=1)]
+    )
 )
 
 
