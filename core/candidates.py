@@ -320,7 +320,10 @@ def _target_positions(
 
     Target lists repeat (all nodes but the guest's own, say): each distinct one is looked up once,
     and the rows' positions are gathered from the distinct ones' in one NumPy step."""
-    dense, distinct = (nodes.numbers, nodes.lists) if isinstance(nodes, RepeatedLists) else _distinct_lists(nodes)
+    if isinstance(nodes, RepeatedLists):
+        dense, distinct = nodes.numbers, nodes.lists
+    else:
+        dense, distinct = numbered(list(map(tuple, nodes)))
     if not distinct:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
     widths = list(map(len, distinct))
@@ -346,14 +349,14 @@ def _target_positions(
     return table[gather], counts
 
 
-def _distinct_lists(rows: Sequence[Sequence[str]]) -> tuple[np.ndarray, list[tuple[str, ...]]]:
-    """Each row's number among the distinct lists of ``rows`` (int64), and those lists in order."""
-    keys = list(map(tuple, rows))
-    # Each row's first row with an equal list (one hash and compare of each key, in C).
+def numbered(keys: Sequence[Hashable]) -> tuple[np.ndarray, list]:
+    """Each key's number among the distinct ``keys`` (int64; equal keys, equal numbers), and the
+    distinct keys in the order they first appear, which is the order of their numbers."""
+    # Each key's first position with an equal key (one hash and compare of each key, in C), then
+    # its number among those first positions.
     first: dict[Hashable, int] = {}
     firsts = np.fromiter(map(first.setdefault, keys, itertools.count()), dtype=np.int64, count=len(keys))
-    dense = np.searchsorted(np.fromiter(first.values(), dtype=np.int64, count=len(first)), firsts)
-    return dense, list(first)
+    return np.searchsorted(np.fromiter(first.values(), dtype=np.int64, count=len(first)), firsts), list(first)
 
 
 def concat_batches(parts: Sequence[CandidateBatch]) -> CandidateBatch:

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crs_bridge.core import CompactColumns, InvalidInputError, NodeStats, ResourceStats, SchedulingError, new_scheduler
-from crs_bridge.core.candidates import RepeatedLists, expand_compact, expand_compact_columns
+from crs_bridge.core.candidates import RepeatedLists, expand_compact, expand_compact_columns, numbered
 from crs_bridge.core.limits import MAX_BYTES
 
 # -- expansion from columns against expansion of objects ----------------------------------------
@@ -107,6 +107,13 @@ def test_columns_expand_as_the_bundles_do(scheduler, columns):
         assert outcome(lambda form=form: expand_compact_columns(scheduler.usage, view, form)) == slow
 
 
+@given(st.lists(st.sampled_from([b"[]", b'["a"]', b'["a","b"]', ("a",), ("b", "a"), "x"]), max_size=30))
+def test_numbered_keys_read_back_as_the_keys(keys):
+    numbers, distinct = numbered(keys)
+    assert numbers.dtype == np.int64 and [distinct[n] for n in numbers.tolist()] == keys
+    assert distinct == list(dict.fromkeys(keys))  # each once, in the order they first appear
+
+
 def test_repeated_lists_read_as_the_lists_they_stand_for():
     lists = [["n1", "n2"], ["n3"], ["n1", "n2"], []]
     repeated = numbered_by_text(CompactColumns(["a"] * 4, [["a"]] * 4, lists)).nodes
@@ -114,6 +121,7 @@ def test_repeated_lists_read_as_the_lists_they_stand_for():
     assert list(repeated) == [tuple(names) for names in lists]
     assert [repeated[i] for i in range(4)] == list(repeated) and repeated[-1] == ()
     assert repeated[1:3] == [("n3",), ("n1", "n2")]
+    assert repeated.lengths().tolist() == [2, 1, 2, 0]
 
 
 def test_valid_bundles_score_alike_as_columns_and_as_objects():
