@@ -273,9 +273,11 @@ def _valid_compact_batch(usage: Usage, view: NodeView, compact: CompactColumns) 
         leader = resource(leader_sid)
         if leader is None or leader.target is not None or leader_sid not in members:
             return None
-        # bundle_stats' fold from zeros, member by member: the same sums to the last bit.
-        if len(members) == 1:  # the leader alone, the common bundle: its fold is 0 + mem (the same
-            stats = leader.stats  # int) and 0.0 + cpu, done below for all rows at once
+        # bundle_stats' fold from zeros, member by member: the same sums to the last bit. For the
+        # leader alone, the common bundle, that is 0 + mem (the same int) and 0.0 + cpu, which is
+        # done below on the whole column.
+        if len(members) == 1:
+            stats = leader.stats
             bundle_cpu, bundle_mem = stats.cpu, stats.mem
         else:
             bundle_cpu, bundle_mem = ZERO_RESOURCE.cpu, ZERO_RESOURCE.mem
