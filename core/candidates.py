@@ -4,7 +4,7 @@ columnar :class:`CandidateBatch` every scorer works on."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Hashable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,26 +75,31 @@ class CandidateColumns:
 
 class RepeatedLists(Sequence[tuple[str, ...]]):
     """A column of name lists of which many rows share one (the target lists of an HA round's
-    bundles: all nodes but the guest's own): row ``i`` is ``lists[keys[i]]``. A decoder that
-    tells equal lists apart by a key (their JSON text, say) hands each distinct list over once,
-    and the expansion looks each one up once."""
+    bundles: all nodes but the guest's own): row ``i`` is ``lists[numbers[i]]``. A decoder that
+    tells equal lists apart (by their JSON text, say) hands each distinct list over once, with
+    each row's number of it (int64, each below ``len(lists)``), and the expansion looks each
+    list up once."""
 
-    __slots__ = ("keys", "lists")
+    __slots__ = ("numbers", "lists")
 
-    def __init__(self, keys: Sequence[Hashable], lists: Mapping[Hashable, tuple[str, ...]]) -> None:
-        self.keys = keys
+    def __init__(self, numbers: np.ndarray, lists: Sequence[tuple[str, ...]]) -> None:
+        self.numbers = numbers
         self.lists = lists
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self.numbers)
 
     def __getitem__(self, row):  # a row (an int); a slice gives a list of rows
         if isinstance(row, slice):
-            return list(map(self.lists.__getitem__, self.keys[row]))
-        return self.lists[self.keys[row]]
+            return list(map(self.lists.__getitem__, self.numbers[row].tolist()))
+        return self.lists[self.numbers[row]]
 
     def __iter__(self) -> Iterator[tuple[str, ...]]:
-        return map(self.lists.__getitem__, self.keys)
+        return map(self.lists.__getitem__, self.numbers.tolist())
+
+    def lengths(self) -> np.ndarray:
+        """Each row's count of names (int64)."""
+        return np.fromiter(map(len, self.lists), dtype=np.int64, count=len(self.lists))[self.numbers]
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,10 +273,12 @@ def _valid_compact_batch(usage: Usage, view: NodeView, compact: CompactColumns) 
         leader = resource(leader_sid)
         if leader is None or leader.target is not None or leader_sid not in members:
             return None
-        # bundle_stats' fold from zeros, member by member: the same sums to the last bit.
-        if len(members) == 1:  # the leader alone, the common bundle
+        # bundle_stats' fold from zeros, member by member: the same sums to the last bit. For the
+        # leader alone, the common bundle, that is 0 + mem (the same int) and 0.0 + cpu, which is
+        # done below on the whole column.
+        if len(members) == 1:
             stats = leader.stats
-            bundle_cpu, bundle_mem = ZERO_RESOURCE.cpu + stats.cpu, ZERO_RESOURCE.mem + stats.mem
+            bundle_cpu, bundle_mem = stats.cpu, stats.mem
         else:
             bundle_cpu, bundle_mem = ZERO_RESOURCE.cpu, ZERO_RESOURCE.mem
             for sid in members:
@@ -280,8 +287,8 @@ def _valid_compact_batch(usage: Usage, view: NodeView, compact: CompactColumns) 
                     return None
                 bundle_cpu += member.stats.cpu
                 bundle_mem += member.stats.mem
-        if bundle_mem > MAX_BYTES:
-            return None
+            if bundle_mem > MAX_BYTES:  # (a lone leader's is a resource's: the usage holds it)
+                return None
         sources.append(index[leader.current])
         cpu.append(bundle_cpu)
         mem.append(bundle_mem)
@@ -300,7 +307,9 @@ def _valid_compact_batch(usage: Usage, view: NodeView, compact: CompactColumns) 
         sid_index=np.arange(len(sources), dtype=np.int64).repeat(counts),
         src=src,
         tgt=tgt,
-        cpu=np.array(cpu, dtype=np.float64).repeat(counts),
+        # + 0.0: the lone leaders' fold (-0.0 becomes 0.0); a fold from 0.0 is never -0.0, so
+        # the other bundles' sums stay as they are.
+        cpu=(np.array(cpu, dtype=np.float64) + ZERO_RESOURCE.cpu).repeat(counts),
         mem=np.array(mem, dtype=np.int64).repeat(counts),
     )
 
@@ -314,13 +323,9 @@ def _target_positions(
     Target lists repeat (all nodes but the guest's own, say): each distinct one is looked up once,
     and the rows' positions are gathered from the distinct ones' in one NumPy step."""
     if isinstance(nodes, RepeatedLists):
-        keys, names_of = nodes.keys, nodes.lists.__getitem__
+        dense, distinct = nodes.numbers, nodes.lists
     else:
-        keys, names_of = list(map(tuple, nodes)), None
-    # Each row's first row with an equal list (one hash and compare of each key, in C).
-    first: dict[Hashable, int] = {}
-    firsts = np.fromiter(map(first.setdefault, keys, itertools.count()), dtype=np.int64, count=len(keys))
-    distinct = list(first) if names_of is None else list(map(names_of, first))
+        dense, distinct = numbered(list(map(tuple, nodes)))
     if not distinct:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
     widths = list(map(len, distinct))
@@ -332,8 +337,6 @@ def _target_positions(
         table = np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=sum(widths))
     except KeyError:
         return None
-    # Row i takes distinct list dense[i].
-    dense = np.searchsorted(np.fromiter(first.values(), dtype=np.int64, count=len(first)), firsts)
     width = widths[0]
     if widths.count(width) == len(widths):
         # Lists of one length (all nodes but the guest's own) are a table's rows: one gather, not
@@ -346,6 +349,16 @@ def _target_positions(
     row_offsets = np.cumsum(counts) - counts
     gather = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(starts[dense] - row_offsets, counts)
     return table[gather], counts
+
+
+def numbered(keys: Sequence[Hashable]) -> tuple[np.ndarray, list]:
+    """Each key's number among the distinct ``keys`` (int64; equal keys, equal numbers), and the
+    distinct keys in the order they first appear, which is the order of their numbers."""
+    # Each key's first position with an equal key (one hash and compare of each key, in C), then
+    # its number among those first positions.
+    first: dict[Hashable, int] = {}
+    firsts = np.fromiter(map(first.setdefault, keys, itertools.count()), dtype=np.int64, count=len(keys))
+    return np.searchsorted(np.fromiter(first.values(), dtype=np.int64, count=len(first)), firsts), list(first)
 
 
 def concat_batches(parts: Sequence[CandidateBatch]) -> CandidateBatch:

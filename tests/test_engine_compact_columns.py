@@ -1,5 +1,5 @@
 """Bundles as columns in the engine: expanded as the bundle objects are, target lists given as
-lists or keyed by their text (:class:`core.candidates.RepeatedLists`)."""
+lists or numbered by their text (:class:`core.candidates.RepeatedLists`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crs_bridge.core import CompactColumns, InvalidInputError, NodeStats, ResourceStats, SchedulingError, new_scheduler
-from crs_bridge.core.candidates import RepeatedLists, expand_compact, expand_compact_columns
+from crs_bridge.core.candidates import RepeatedLists, expand_compact, expand_compact_columns, numbered
 from crs_bridge.core.limits import MAX_BYTES
 
 # -- expansion from columns against expansion of objects ----------------------------------------
@@ -88,12 +88,13 @@ def bundle_columns_with_shared_targets(draw):
     return CompactColumns(leaders, resources, nodes)
 
 
-def keyed_by_text(columns: CompactColumns) -> CompactColumns:
-    """The columns with their target lists as :class:`RepeatedLists` keyed by JSON text, as
+def numbered_by_text(columns: CompactColumns) -> CompactColumns:
+    """The columns with their target lists as :class:`RepeatedLists` numbered by JSON text, as
     a decoder may hand them over."""
-    keys = [orjson.dumps(names) for names in columns.nodes]
-    lists = {key: tuple(names) for key, names in zip(keys, columns.nodes)}
-    return CompactColumns(columns.leaders, columns.resources, RepeatedLists(keys, lists))
+    numbers: dict[bytes, int] = {}
+    rows = [numbers.setdefault(orjson.dumps(names), len(numbers)) for names in columns.nodes]
+    lists = [tuple(orjson.loads(text)) for text in numbers]
+    return CompactColumns(columns.leaders, columns.resources, RepeatedLists(np.array(rows, dtype=np.int64), lists))
 
 
 @given(clusters(), st.one_of(bundle_columns(), bundle_columns_with_shared_targets()))
@@ -102,17 +103,25 @@ def test_columns_expand_as_the_bundles_do(scheduler, columns):
     target lists as lists or keyed by their text."""
     view = scheduler.view()
     slow = outcome(lambda: expand_compact(scheduler.usage, view, columns.bundles()))
-    for form in (columns, keyed_by_text(columns)):
+    for form in (columns, numbered_by_text(columns)):
         assert outcome(lambda form=form: expand_compact_columns(scheduler.usage, view, form)) == slow
+
+
+@given(st.lists(st.sampled_from([b"[]", b'["a"]', b'["a","b"]', ("a",), ("b", "a"), "x"]), max_size=30))
+def test_numbered_keys_read_back_as_the_keys(keys):
+    numbers, distinct = numbered(keys)
+    assert numbers.dtype == np.int64 and [distinct[n] for n in numbers.tolist()] == keys
+    assert distinct == list(dict.fromkeys(keys))  # each once, in the order they first appear
 
 
 def test_repeated_lists_read_as_the_lists_they_stand_for():
     lists = [["n1", "n2"], ["n3"], ["n1", "n2"], []]
-    repeated = keyed_by_text(CompactColumns(["a"] * 4, [["a"]] * 4, lists)).nodes
+    repeated = numbered_by_text(CompactColumns(["a"] * 4, [["a"]] * 4, lists)).nodes
     assert len(repeated) == 4
     assert list(repeated) == [tuple(names) for names in lists]
     assert [repeated[i] for i in range(4)] == list(repeated) and repeated[-1] == ()
     assert repeated[1:3] == [("n3",), ("n1", "n2")]
+    assert repeated.lengths().tolist() == [2, 1, 2, 0]
 
 
 def test_valid_bundles_score_alike_as_columns_and_as_objects():

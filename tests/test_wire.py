@@ -29,7 +29,7 @@ from crs_bridge.bridge.protocol import Protocol, _named
 from crs_bridge.bridge.registry import ANY_MODE
 from crs_bridge.bridge.schedulers import State
 from crs_bridge.bridge.stateless import METHODS
-from crs_bridge.bridge.wire import struct_of
+from crs_bridge.bridge.wire import candidate_counts, struct_of
 
 NAMES = st.sampled_from(["A", "B", "C", "vm:1", "vm:2", "node-0"])
 #: What a value may be changed into: another type, an empty name, numbers at and beyond the
@@ -146,8 +146,9 @@ STRICT, LAX = _protocols()
 
 
 def _fields(struct: Any) -> bytes:
-    """A params struct's values in field order (named and positional ones alike)."""
-    return msgspec.json.encode(msgspec.structs.astuple(struct))
+    """A params struct's values in field order (named and positional ones alike; the columns of
+    bundles with their target lists as lists)."""
+    return msgspec.json.encode(msgspec.structs.astuple(struct), enc_hook=list)
 
 
 @settings(max_examples=1500, suppress_health_check=[HealthCheck.too_slow], deadline=None)
@@ -228,12 +229,32 @@ def _strict_bundles(nodes_texts: list[str]) -> Any:
 
 
 def test_each_bundle_gets_the_target_list_of_its_own_text():
-    """Target lists kept as JSON text while decoding: each record holds its own text's list,
-    equal texts one shared tuple, whatever bytes the names hold (raw UTF-8, escapes)."""
+    """Target lists kept as JSON text while decoding: the bundles come as columns, each row with
+    its own text's list, equal texts one shared tuple, whatever bytes the names hold (raw UTF-8, escapes)."""
     texts = ['["a","b"]', '["b"]', '["a","b"]', '["\u00e4","x\\u0000y"]', '["ä","b\\"c"]', '["b"]']
-    params = _strict_bundles(texts)
-    assert [bundle.nodes for bundle in params.candidates] == [tuple(json.loads(t)) for t in texts]
-    assert params.candidates[0].nodes is params.candidates[2].nodes
+    columns = _strict_bundles(texts).candidates
+    assert list(columns.nodes) == [tuple(json.loads(t)) for t in texts]
+    assert columns.nodes[0] is columns.nodes[2]
+    assert columns.leaders == [f"vm:{i}" for i in range(len(texts))]
+    assert columns.resources == [[f"vm:{i}"] for i in range(len(texts))]
+
+
+TARGET_TEXTS = st.lists(st.sampled_from(["A", "B", "\u00e4", "x\u0000y", 'b"c']), max_size=3).flatmap(
+    lambda names: st.sampled_from(
+        [json.dumps(names), json.dumps(names, ensure_ascii=False), json.dumps(names, indent=1)]
+    )
+)
+
+
+@given(st.lists(TARGET_TEXTS, min_size=1, max_size=12))
+def test_strict_bundles_count_and_read_as_their_texts_say(texts):
+    """Any target lists (repeating, the same names in other texts): each row reads its text's
+    list, and the size check counts the bundles' targets and members as the records hold them."""
+    columns = _strict_bundles(texts).candidates
+    lists = [tuple(json.loads(t)) for t in texts]
+    assert list(columns.nodes) == lists and columns.nodes[1:] == lists[1:]
+    assert columns.nodes.lengths().tolist() == list(map(len, lists))
+    assert candidate_counts(columns) == (sum(map(len, lists)), len(texts))
 
 
 def test_a_bundle_whose_target_list_is_not_names_is_refused_by_the_strict_decoder():
