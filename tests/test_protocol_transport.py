@@ -10,7 +10,7 @@ import signal
 import orjson
 import pytest
 
-from crs_bridge.bridge.transport import PIPE_BYTES, BriefPoll, cpu_free, enlarge_pipe
+from crs_bridge.bridge.transport import PIPE_BYTES, BriefPoll, FrameReader, cpu_free, enlarge_pipe
 from crs_bridge.client import CONTENT_LENGTH, NDJSON, BridgeClient
 
 INFO = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "bridge.info"})
@@ -186,6 +186,43 @@ def test_brief_poll_never_fails_when_the_load_cannot_be_read(monkeypatch, tmp_pa
         os.write(write_end, b"next request\n")
         poll()
         assert os.read(read_end, 100) == b"next request\n"
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_frame_reader_is_drained_only_once_every_message_read_was_yielded():
+    # The server writes a message's answer at once when the reader is drained (nothing read
+    # waits): that must not hold while another message, whole or in part, has been read.
+    read_end, write_end = os.pipe()
+    try:
+        reader = FrameReader(read_end, 4096)
+        os.write(write_end, b'{"a":1}\n{"b":2}\n{"c"')
+        assert next(reader).body == b'{"a":1}'
+        assert not reader.drained()  # a whole message waits
+        assert next(reader).body == b'{"b":2}'
+        assert not reader.drained()  # part of one waits
+        os.write(write_end, b":3}\n")
+        assert next(reader).body == b'{"c":3}'
+        assert reader.drained()
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_frame_reader_with_a_body_to_skip_is_not_drained():
+    # A Content-Length message over the limit is yielded before its body is skipped (read or
+    # not): the refusal then waits for the reader's next read, as before.
+    read_end, write_end = os.pipe()
+    try:
+        reader = FrameReader(read_end, 30)
+        os.write(write_end, b"Content-Length: 40\r\n\r\n")
+        frame = next(reader)
+        assert frame.body is None and frame.size == 40
+        assert not reader.drained()
+        os.write(write_end, b"x" * 40 + b'{"d":4}\n')
+        assert next(reader).body == b'{"d":4}'
+        assert reader.drained()
     finally:
         os.close(read_end)
         os.close(write_end)

@@ -306,6 +306,7 @@ sub _poll {
     my $until = Time::HiRes::clock_gettime(MONOTONIC) + POLL_SECONDS;
     while (1) {
         my $n = sysread($self->{out}, $self->{rbuf}, 1 << 18, length $self->{rbuf});
+        return 1 if $n;    # the answer, most often: _took has nothing to judge
         return $self->_took($n) if defined $n || $! != EAGAIN;    # (not %!: a tied hash, 4 times dearer)
         return 0 if Time::HiRes::clock_gettime(MONOTONIC) > $until;
     }
