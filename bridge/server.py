@@ -162,9 +162,9 @@ def serve(
 
 
 def _answer(frame: Frame, protocol: Protocol, writer: FrameWriter, trace: IO[str] | None, last: bool) -> None:
-    """Answer ``frame``; ``last``: no other message has arrived after it, so its answer is
-    written at once rather than at the next read (the client waits for it: the freeing and the
-    loop's turn, a few us, come after the write)."""
+    """Answer ``frame``; ``last``: nothing has arrived after it, so the client waits for its
+    answer, which is written at once, before the request is freed (at the next read it would
+    leave some 0.6 us later)."""
     if trace is not None:
         started = time.perf_counter()
         phases.start()
