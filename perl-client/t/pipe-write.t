@@ -88,10 +88,11 @@ subtest 'a line the pipe cannot take whole: queue returns, read_line finishes th
 };
 
 subtest 'a server blocked on answers not yet read reads on once they are' => sub {
-    # Each answer 100 KB: the answers to 40 requests fill the output pipe many times over.
+    # Requests and answers of 100 KB, 4 MB each way: the server blocks on its output pipe, stops
+    # reading, and the client's writes come up short (queue then takes in what has arrived).
     my $p = stand_in('$| = 1; while (my $l = <STDIN>) { chomp $l; print $l, "z" x 100000, "\n" }');
-    $p->queue("$_" . 'r' x 20000 . "\n") for 1 .. 40;
-    my @ok = grep { $p->read_line(far()) eq "$_" . 'r' x 20000 . 'z' x 100000 } 1 .. 40;
+    $p->queue("$_" . 'r' x 100000 . "\n") for 1 .. 40;
+    my @ok = grep { $p->read_line(far()) eq "$_" . 'r' x 100000 . 'z' x 100000 } 1 .. 40;
     is(scalar @ok, 40, 'every answer came, in order');
     $p->kill;
 };
