@@ -147,7 +147,7 @@ def serve(
     gc.freeze()
     try:
         for frame in reader:
-            _answer(frame, protocol, writer, trace)
+            _answer(frame, protocol, writer, trace, reader.drained())
             if state.shutdown_requested:
                 break
         writer.flush()
@@ -162,9 +162,12 @@ def serve(
     return 0
 
 
-def _answer(frame: Frame, protocol: Protocol, writer: FrameWriter, trace: IO[str] | None) -> None:
-    started = time.perf_counter()
+def _answer(frame: Frame, protocol: Protocol, writer: FrameWriter, trace: IO[str] | None, last: bool) -> None:
+    """Answer ``frame``; ``last``: nothing has arrived after it, so the client waits for its
+    answer, which is written at once, before the request is freed (at the next read it would
+    leave some 0.6 us later)."""
     if trace is not None:
+        started = time.perf_counter()
         phases.start()
     # A large message decodes into hundreds of thousands of containers, none of them cyclic;
     # collecting while they are built costs more than the work itself, so collect afterwards.
@@ -180,7 +183,7 @@ def _answer(frame: Frame, protocol: Protocol, writer: FrameWriter, trace: IO[str
             answer = protocol.encode(reply)
         if answer is not None:
             writer.write(frame.framing, answer)
-            if frame.size >= _SEND_BEFORE_FREEING:
+            if last or frame.size >= _SEND_BEFORE_FREEING:
                 writer.flush()  # the answer leaves before the request's objects are freed
     finally:
         # Freed only now, and before collections resume: a collection would walk them all.

@@ -149,6 +149,11 @@ class FrameReader:
     def __iter__(self) -> Iterator[Frame]:
         return self
 
+    def drained(self) -> bool:
+        """Whether every byte read so far belongs to a message already yielded (and no body
+        waits to be skipped): the next message starts with a read."""
+        return self._pos == len(self._buf) and not self._skip
+
     def __next__(self) -> Frame:
         if self._skip:
             count, self._skip = self._skip, 0

@@ -10,7 +10,7 @@ import signal
 import orjson
 import pytest
 
-from crs_bridge.bridge.transport import PIPE_BYTES, BriefPoll, cpu_free, enlarge_pipe
+from crs_bridge.bridge.transport import PIPE_BYTES, BriefPoll, FrameReader, cpu_free, enlarge_pipe
 from crs_bridge.client import CONTENT_LENGTH, NDJSON, BridgeClient
 
 INFO = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "bridge.info"})
@@ -160,32 +160,62 @@ def test_cpu_free_compares_the_running_tasks_with_the_cpus(loadavg, cpus, free):
     assert cpu_free(loadavg, cpus) is free
 
 
-def test_brief_poll_returns_with_input_waiting_and_reads_none_of_it():
+@pytest.fixture
+def pipe():
+    """A pipe's (read end, write end), closed afterwards."""
     read_end, write_end = os.pipe()
-    try:
-        poll = BriefPoll(read_end)
-        poll()  # nothing waiting: returns all the same (at once or after polling briefly)
-        os.write(write_end, b"next request\n")
-        poll()
-        assert os.get_blocking(read_end)  # the descriptor's mode is left alone
-        assert os.read(read_end, 100) == b"next request\n"
-    finally:
-        os.close(read_end)
-        os.close(write_end)
+    yield read_end, write_end
+    os.close(read_end)
+    os.close(write_end)
 
 
-def test_brief_poll_never_fails_when_the_load_cannot_be_read(monkeypatch, tmp_path):
+def test_brief_poll_returns_with_input_waiting_and_reads_none_of_it(pipe):
+    read_end, write_end = pipe
+    poll = BriefPoll(read_end)
+    poll()  # nothing waiting: returns all the same (at once or after polling briefly)
+    os.write(write_end, b"next request\n")
+    poll()
+    assert os.get_blocking(read_end)  # the descriptor's mode is left alone
+    assert os.read(read_end, 100) == b"next request\n"
+
+
+def test_brief_poll_never_fails_when_the_load_cannot_be_read(pipe, monkeypatch, tmp_path):
     # An open /proc/loadavg that stops being readable (lxcfs restarted under a container:
     # ENOTCONN) must not end the server: it only stops polling. A directory opens, then fails
     # to read (EISDIR).
     monkeypatch.setattr("crs_bridge.bridge.transport._LOADAVG", str(tmp_path))
-    read_end, write_end = os.pipe()
-    try:
-        poll = BriefPoll(read_end)
-        poll()
-        os.write(write_end, b"next request\n")
-        poll()
-        assert os.read(read_end, 100) == b"next request\n"
-    finally:
-        os.close(read_end)
-        os.close(write_end)
+    read_end, write_end = pipe
+    poll = BriefPoll(read_end)
+    poll()
+    os.write(write_end, b"next request\n")
+    poll()
+    assert os.read(read_end, 100) == b"next request\n"
+
+
+def test_frame_reader_is_drained_only_once_every_message_read_was_yielded(pipe):
+    # The server writes a message's answer at once when the reader is drained (nothing read
+    # waits): that must not hold while another message, whole or in part, has been read.
+    read_end, write_end = pipe
+    reader = FrameReader(read_end, 4096)
+    os.write(write_end, b'{"a":1}\n{"b":2}\n{"c"')
+    assert next(reader).body == b'{"a":1}'
+    assert not reader.drained()  # a whole message waits
+    assert next(reader).body == b'{"b":2}'
+    assert not reader.drained()  # part of one waits
+    os.write(write_end, b":3}\n")
+    assert next(reader).body == b'{"c":3}'
+    assert reader.drained()
+
+
+def test_frame_reader_with_a_body_to_skip_is_not_drained(pipe):
+    # A Content-Length message over the limit is yielded before its body is skipped (read or
+    # not): the refusal then waits for the reader's next read, as before.
+    read_end, write_end = pipe
+    reader = FrameReader(read_end, 30)
+    os.write(write_end, b"Content-Length: 40\r\n\r\n")
+    frame = next(reader)
+    assert frame.body is None and frame.size == 40
+    assert not reader.drained()
+    os.write(write_end, b"x" * 40 + b'{"d":4}\n')
+    assert next(reader).body == b'{"d":4}'
+    assert reader.drained()

@@ -612,7 +612,8 @@ sub _flush {
     my ($self, $hold) = @_;
     $PENDING = 0;
     $DUE = $hold ? FIRST_CHUNK : $DUE * 2 < CHUNK ? $DUE * 2 : CHUNK;
-    return if !$self->{proc};
+    # (Most queries of a round find nothing to send: they come before the request they go with.)
+    return if !$self->{proc} || !@{ $self->{dirty} } && !@{ $self->{frees} };
     my $srv = $self->{srv};
     my (@parts, @ranges, %news);    # ranges: [first id, state (undef: frees), first journal index]
     my $id = $self->{next_id};
