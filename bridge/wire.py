@@ -417,7 +417,7 @@ class MessageDecoder:
 # -- engine values, and the engine's results as the wire gives them ----------------------------
 
 StaticStats, DynamicStats = struct_of(m.StaticStats), struct_of(m.DynamicStats)
-Candidate, Bundle = struct_of(m.Candidate), struct_of(m.CompactCandidate)
+Candidate = struct_of(m.Candidate)
 
 
 def unsigned(value: float | None) -> float | None:
