@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crs_bridge.bridge import foresight
+from crs_bridge.bridge import foresight, phases
 from crs_bridge.bridge.limits import ServerLimits
 from crs_bridge.bridge.protocol import Protocol
 from crs_bridge.bridge.schedulers import State
@@ -128,6 +128,17 @@ def test_a_round_after_the_first_gets_its_scores_foreseen(expansions):
     foreseen = pair.foreseeing.state.schedulers["c2"]
     assert expansions[2:] == [foreseen, pair.reference.state.schedulers["c2"]]  # foreseen, then not again
     assert scored["result"][0]["migration"]["sid"].startswith("vm:")
+
+
+def test_a_traced_call_answered_from_the_guess_shows_it_as_its_phase():
+    pair = Pair()
+    pair.round("c1", 0.0)
+    pair.prepare("c2", 0.5)
+    params = {"scheduler": "c2", "candidates": candidates(), "limit": 1}
+    phases.start()
+    pair.foreseeing.handle(orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": SCORE, "params": params}))
+    spent = phases.take()
+    assert "foreseen" in spent and "validate" not in spent and "run" not in spent
 
 
 def test_the_guess_is_made_once_and_holds_one_answer(expansions):
