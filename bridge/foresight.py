@@ -4,9 +4,11 @@ An HA round asks the same of every round's new scheduler: after
 ``scheduler.calculate_node_imbalance`` comes ``scheduler.score_best_balancing_migration_candidates``
 on the same handle, with the same candidates as last round (the same guests on the same nodes).
 The client renders those candidates once it has the imbalance (0.16 ms at 4 nodes x 300 guests,
-JSON::PP), and the server used to wait for them; with foresight it scores them meanwhile and
-answers from what it holds when they arrive (at 4 x 300 the scoring of a round whose usage
-changed: 0.39 ms of validating and scoring in the server, 15 us of comparing instead).
+JSON::PP), and the server used to wait for them; with foresight it scores them meanwhile (0.4 ms)
+and, when they arrive, compares them (15 us) and answers. What pays for it: a 4 x 300 round whose
+usage changed took 0.88-0.91 times as long (dynamic 1.87 -> 1.71 ms, static 1.68 -> 1.50; 8 x 500
+0.88; ``benchmarks/ha_round_sizes.pl`` against the tree before). The cost: when the candidates
+changed (a guest moved), the wrong guess delays their scoring by up to its 0.4 ms.
 
 What it assumes, and why the answers stay the same byte for byte:
 

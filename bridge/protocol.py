@@ -384,8 +384,8 @@ class Protocol:
 
     def _invoke(self, name: str, params: Any) -> Any:
         """Run method ``name`` for jsonrpcserver; every failure becomes an error result."""
-        spec = self.state.methods[name]
         try:
+            spec = self.state.methods[name]
             foreseen = None if self._foresight is None else self._foresight.recall(spec, params)
             result = self._call(spec, params) if foreseen is None else foreseen.result
         except Exception as exc:  # bugs are logged by error_for
