@@ -17,9 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crs_bridge.bridge import foresight, phases
-from crs_bridge.bridge.limits import ServerLimits
 from crs_bridge.bridge.protocol import Protocol
-from crs_bridge.bridge.schedulers import State
+from crs_bridge.bridge.schedulers import MUTATORS, STAGING_METHODS, State
 from crs_bridge.client import BridgeClient
 from crs_bridge.core.modes import Scheduler
 
@@ -72,9 +71,9 @@ class Pair:
     """Two protocols fed the same messages, one with foresight (its idle step forced by
     :meth:`idle`), one without: :meth:`send` checks that they answer alike."""
 
-    def __init__(self, limits: ServerLimits | None = None) -> None:
-        self.foreseeing = Protocol(State(limits=limits or ServerLimits()), foresight=True)
-        self.reference = Protocol(State(limits=limits or ServerLimits()))
+    def __init__(self) -> None:
+        self.foreseeing = Protocol(State(), foresight=True)
+        self.reference = Protocol(State())
         self.ids = 0
 
     def send(self, message: bytes) -> bytes | None:
@@ -267,25 +266,12 @@ def test_queries_in_bigger_messages_are_not_guessed(expansions, monkeypatch):
     assert len(expansions) == 2  # nothing guessed
 
 
-def test_the_foreseeable_queries_are_read_only_methods():
+def test_the_foreseeable_queries_are_methods_that_change_nothing():
     methods = Protocol(State()).state.methods
     assert methods.keys() >= foresight.FORESEEABLE
-    mutations = {
-        f"scheduler.{name}"
-        for name in (
-            "apply",
-            "add_node",
-            "remove_node",
-            "add_resource",
-            "remove_resource",
-            "add_service",
-            "add_service_usage_to_node",
-            "remove_service_usage",
-            "stage_candidates",
-            "score_staged_candidates",
-        )
-    }
-    assert not foresight.FORESEEABLE & mutations
+    mutations = {f"scheduler.{method}" for mutators in MUTATORS.values() for method in mutators}
+    changing = {"scheduler.apply", "scheduler.new", "scheduler.free", *mutations, *STAGING_METHODS}
+    assert changing <= methods.keys() and not foresight.FORESEEABLE & changing
 
 
 # -- any sequence: the same answers ---------------------------------------------------------
@@ -363,7 +349,7 @@ def test_any_sequence_is_answered_as_without_foresight(episodes):
 
 def test_the_server_answers_rounds_as_without_foresight_and_traces_the_real_messages(tmp_path):
     trace = tmp_path / "trace"
-    reference = Protocol(State(limits=ServerLimits()))
+    reference = Protocol(State())
     messages, answers = [], []
     with BridgeClient(["--trace", str(trace)]) as client:
         for number in range(6):
