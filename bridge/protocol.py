@@ -39,6 +39,7 @@ from .errors import (
     UnknownHandleError,
     shorten,
 )
+from .foresight import Foresight
 from .limits import ORJSON_MAX_DEPTH, how_to_raise
 from .registry import ANY_MODE, MethodSpec, Variant
 from .schedulers import STAGING_METHODS, State
@@ -252,9 +253,10 @@ class _Methods(dict):
 
 class Protocol:
     """JSON-RPC 2.0 message handling over the methods of :data:`bridge.stateless.METHODS` (and
-    ``debug.raise`` with ``debug_methods``) and the server state ``state``."""
+    ``debug.raise`` with ``debug_methods``) and the server state ``state``; with ``foresight``,
+    :meth:`foresee` answers the query expected next ahead of time (:mod:`bridge.foresight`)."""
 
-    def __init__(self, state: State, debug_methods: bool = False) -> None:
+    def __init__(self, state: State, debug_methods: bool = False, foresight: bool = False) -> None:
         self.state = state
         state.methods = {spec.name: spec for spec in stateless.METHODS}
         if debug_methods:
@@ -274,6 +276,7 @@ class Protocol:
         }
         self._messages = MessageDecoder({spec.name: self._kinds(spec) for spec in state.methods.values()})
         self._decoded: Any = None
+        self._foresight = Foresight(state, self._call) if foresight else None
 
     def _kinds(self, spec: MethodSpec) -> list[Any]:
         models = dict.fromkeys(variant.params for variant in spec.variants.values())
@@ -285,6 +288,8 @@ class Protocol:
         The decoded message is kept until :meth:`release` (or the next message): freeing the
         objects of a big request takes tens of ms, better spent after its answer is sent.
         """
+        if self._foresight is not None:
+            self._foresight.message_bytes = len(message)
         max_depth = self.state.limits.max_json_depth
         self._decoded = decoded = self._messages.decode(message, max_depth)
         if decoded is None:
@@ -304,6 +309,12 @@ class Protocol:
             return self.encode(answers) if answers else None
         answers = self._answers([decoded])
         return self.encode(answers[0]) if answers else None
+
+    def foresee(self) -> None:
+        """Compute the answer to the query expected next, if foresight is on and one is expected
+        (:mod:`bridge.foresight`); for when the server would otherwise wait for input."""
+        if self._foresight is not None:
+            self._foresight.foresee()
 
     def release(self) -> None:
         """Free the last message's decoded objects (see :meth:`handle`)."""
@@ -374,7 +385,9 @@ class Protocol:
     def _invoke(self, name: str, params: Any) -> Any:
         """Run method ``name`` for jsonrpcserver; every failure becomes an error result."""
         try:
-            result = self._call(self.state.methods[name], params)
+            spec = self.state.methods[name]
+            foreseen = None if self._foresight is None else self._foresight.recall(spec, params)
+            result = self._call(spec, params) if foreseen is None else foreseen.result
         except Exception as exc:  # bugs are logged by error_for
             code, message, data = error_for(exc)
             return Error(code, message, NODATA if data is None else data)
