@@ -133,20 +133,19 @@ def topsis_solve(matrix: np.ndarray, weights: np.ndarray = WEIGHTS) -> TopsisSol
     if rows == 0:
         empty = np.zeros(0)
         return TopsisSolution(matrix.copy(), np.zeros(columns), np.zeros(columns), empty, empty, empty)
-    normalised = np.empty_like(matrix)
-    for j in range(columns):
-        column = matrix[:, j]
-        norm = np.sqrt(np.cumsum(column * column)[-1])
-        normalised[:, j] = column / norm if norm != 0.0 else column
-        bad = ~np.isfinite(normalised[:, j])
-        if bad.any():
-            value = normalised[np.argmax(bad), j]
-            raise SchedulingError(f"criterion {j} got invalid value {rust_float(value)}")
+    # Each criterion's sum of squares left to right (cumsum adds in order; np.sum does not promise
+    # to); a zero norm leaves its column as it is (x / 1.0 is x). All criteria at once: a few
+    # NumPy calls, not a few per criterion (a small batch's scoring is mostly their fixed costs).
+    norms = np.sqrt(np.cumsum(matrix * matrix, axis=0)[-1])
+    normalised = matrix / np.where(norms != 0.0, norms, 1.0)
+    bad = ~np.isfinite(normalised)
+    if bad.any():
+        j, row = divmod(int(np.argmax(bad.T)), rows)  # the first in criterion order, as upstream checks
+        raise SchedulingError(f"criterion {j} got invalid value {rust_float(normalised[row, j])}")
     best, worst = normalised.min(axis=0), normalised.max(axis=0)
     to_best, to_worst = _distance(normalised, best, weights), _distance(normalised, worst, weights)
     both = to_worst + to_best
-    with np.errstate(invalid="ignore", divide="ignore"):
-        scores = np.where(both == 0.0, 0.0, to_worst / both)
+    scores = np.divide(to_worst, both, out=np.zeros(rows), where=both != 0.0)
     bad = ~np.isfinite(scores)
     if bad.any():
         raise SchedulingError(f"invalid score {rust_float(scores[np.argmax(bad)])}")
@@ -154,10 +153,13 @@ def topsis_solve(matrix: np.ndarray, weights: np.ndarray = WEIGHTS) -> TopsisSol
 
 
 def _distance(normalised: np.ndarray, ideal: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Per row, the weighted Euclidean distance to ``ideal``, its squares added criterion after
+    criterion from 0.0."""
+    d = (normalised - ideal) * weights
+    d *= d
     total = np.zeros(normalised.shape[0])
-    for j in range(normalised.shape[1]):
-        d = weights[j] * (normalised[:, j] - ideal[j])
-        total += d * d
+    for column in d.T:
+        total += column
     return np.sqrt(total)
 
 
