@@ -80,19 +80,28 @@ def tied_sums(sums, n: int) -> np.ndarray:
     sums = np.asarray(sums, dtype=np.float64)
     if len(sums) < 2:
         return sums
-    order = np.argsort(sums)  # equal sums share a group: their order among themselves does not matter
-    ordered = sums[order]
-    with np.errstate(invalid="ignore"):
-        linked = ordered[1:] - ordered[:-1] <= sum_tolerance(n) * (ordered[1:] + ordered[:-1])
-    linked &= np.isfinite(ordered[1:])  # inf - a <= inf would link an infinite sum to a finite one
+    # Sorted values first: mostly no sums are linked, and a sort costs a third of an argsort.
+    linked = _linked(np.sort(sums), n)
     if not linked.any():
         return sums
+    order = np.argsort(sums)  # equal sums share a group: their order among themselves does not matter
+    ordered = sums[order]
+    linked = _linked(ordered, n)  # of the sums as ordered here (equal ones may differ in their sign)
     # Each sorted position's group starts at the last position not linked to its predecessor.
     starts = np.flatnonzero(np.concatenate(([True], ~linked)))
     group_min = ordered[starts][np.cumsum(np.concatenate(([True], ~linked))) - 1]
     tied = np.empty_like(sums)
     tied[order] = group_min
     return tied
+
+
+def _linked(ordered: np.ndarray, n: int) -> np.ndarray:
+    """Per neighbour pair of sorted sums (of ``n`` terms each): whether they are linked (see
+    :func:`tied_sums`)."""
+    with np.errstate(invalid="ignore"):
+        linked = ordered[1:] - ordered[:-1] <= sum_tolerance(n) * (ordered[1:] + ordered[:-1])
+    linked &= np.isfinite(ordered[1:])  # inf - a <= inf would link an infinite sum to a finite one
+    return linked
 
 
 @dataclass(frozen=True, slots=True)
