@@ -143,9 +143,10 @@ def topsis_solve(matrix: np.ndarray, weights: np.ndarray = WEIGHTS) -> TopsisSol
         empty = np.zeros(0)
         return TopsisSolution(matrix.copy(), np.zeros(columns), np.zeros(columns), empty, empty, empty)
     # Each criterion's sum of squares left to right (cumsum adds in order; np.sum does not promise
-    # to); a zero norm leaves its column as it is (x / 1.0 is x). All criteria at once: a few
-    # NumPy calls, not a few per criterion (a small batch's scoring is mostly their fixed costs).
-    norms = np.sqrt(np.cumsum(matrix * matrix, axis=0)[-1])
+    # to), on its contiguous column (a cumsum along the matrix's rows costs twice as much on many
+    # rows); a zero norm leaves its column as it is (x / 1.0 is x). The rest on all criteria at
+    # once: a small batch's scoring is mostly the NumPy calls' fixed costs.
+    norms = np.sqrt([np.cumsum(column * column)[-1] for column in matrix.T])
     normalised = matrix / np.where(norms != 0.0, norms, 1.0)
     bad = ~np.isfinite(normalised)
     if bad.any():
@@ -162,13 +163,12 @@ def topsis_solve(matrix: np.ndarray, weights: np.ndarray = WEIGHTS) -> TopsisSol
 
 
 def _distance(normalised: np.ndarray, ideal: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Per row, the weighted Euclidean distance to ``ideal``, its squares added criterion after
-    criterion from 0.0."""
-    d = (normalised - ideal) * weights
-    d *= d
+    # Criterion by criterion, on contiguous columns: on many rows a third of the time of the
+    # same steps on the whole matrix, and as fast on few.
     total = np.zeros(normalised.shape[0])
-    for column in d.T:
-        total += column
+    for j in range(normalised.shape[1]):
+        d = weights[j] * (normalised[:, j] - ideal[j])
+        total += d * d
     return np.sqrt(total)
 
 
