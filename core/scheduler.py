@@ -308,9 +308,9 @@ def score_nodes_to_start(view: NodeView, stats: ResourceStats) -> list[tuple[str
     added_cpu = np.where(stats.maxcpu == 0.0, view.maxcpu, stats.maxcpu)
     new_cpu = (view.cpu + added_cpu) / view.maxcpu
     new_mem = (view.mem + stats.maxmem).astype(np.float64) / view.maxmem
-    x, none = np.arange(n), np.full(n, -1)
+    x = np.arange(n)  # alternative x changes node x alone: its a and b
     columns = [(view.cpu_loads(), new_cpu, new_cpu), (view.mem_loads(), new_mem, new_mem)]
-    cpu, mem = square_sums_and_maxima(x, none, columns)
+    cpu, mem = square_sums_and_maxima(x, x, columns)
     matrix = load_criteria(*cpu, *mem, n)
     scores = topsis_scores(matrix)
     return list(zip(view.names, map(float, scores)))
