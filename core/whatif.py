@@ -200,11 +200,12 @@ def square_sums_and_maxima(
     a: np.ndarray, b: np.ndarray, columns: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """For each ``(values, va, vb)`` of ``columns`` (per-node values, and per row the values of
-    nodes ``a`` and ``b``; ``vb`` where they are the same node): per row, the left-to-right sum
-    of the squares of the values with ``va``/``vb`` in place at ``a``/``b``, and their maximum
-    (exact: max does not round). On up to :data:`DENSE_NODES` nodes formed on :func:`replaced`
-    matrices, some 10 NumPy calls per column (900 rows on 4 nodes, cpu and memory: 29 us, against
-    77 as running sums, with their 40 calls and 2 sorts); beyond, as running sums."""
+    nodes ``a`` and ``b``: two nodes, or one node given one value): per row, the left-to-right
+    sum of the squares of the values with ``va``/``vb`` in place at ``a``/``b``, and their
+    maximum (exact: max does not round). On up to :data:`DENSE_NODES` nodes formed on
+    :func:`replaced` matrices, some 10 NumPy calls per column (900 rows on 4 nodes, cpu and
+    memory: 29 us, against 77 as running sums, with their 40 calls and 2 sorts); beyond, as
+    running sums."""
     n = len(columns[0][0]) if columns else 0
     if n <= DENSE_NODES:
         return [_in_pieces(_dense_squares, values, (a, va, b, vb)) for values, va, vb in columns]
