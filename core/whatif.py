@@ -127,7 +127,7 @@ def exact_load_sums(loads: np.ndarray, w: WhatIf, rows: np.ndarray | slice) -> t
     n, batch = len(loads), w.batch
     a, b = batch.src[rows], batch.tgt[rows]
     la, lb = w.load_src[rows], w.load_tgt[rows]
-    if len(a) > _dense_step(n) and n > DENSE_NODES:
+    if _running(n, len(a)):
         return _running_load_sums(loads, a, la, b, lb)
     return _in_pieces(_dense_load_sums, loads, (a, la, b, lb))
 
@@ -135,6 +135,12 @@ def exact_load_sums(loads: np.ndarray, w: WhatIf, rows: np.ndarray | slice) -> t
 def _dense_step(n: int) -> int:
     """Rows of a (``n`` nodes x rows) matrix filled at a time (:data:`DENSE_CELLS`)."""
     return max(1, DENSE_CELLS // max(n, 1))
+
+
+def _running(n: int, rows: int) -> bool:
+    """Whether sums over ``n`` nodes for ``rows`` rows are running sums, not a matrix's (see
+    :data:`DENSE_NODES`): on many nodes, for more rows than one matrix of :data:`DENSE_CELLS`."""
+    return n > DENSE_NODES and rows > _dense_step(n)
 
 
 def _in_pieces(dense: Callable[..., tuple], values: np.ndarray, columns: tuple[np.ndarray, ...]) -> tuple:
@@ -204,10 +210,10 @@ def square_sums_and_maxima(
     sum of the squares of the values with ``va``/``vb`` in place at ``a``/``b``, and their
     maximum (exact: max does not round). On up to :data:`DENSE_NODES` nodes formed on
     :func:`replaced` matrices, some 10 NumPy calls per column (900 rows on 4 nodes, cpu and
-    memory: 29 us, against 77 as running sums, with their 40 calls and 2 sorts); beyond, as
-    running sums."""
+    memory: 29 us, against 77 as running sums, with their 40 calls and 2 sorts), as
+    :func:`exact_load_sums` chooses."""
     n = len(columns[0][0]) if columns else 0
-    if n <= DENSE_NODES:
+    if not _running(n, len(a)):
         return [_in_pieces(_dense_squares, values, (a, va, b, vb)) for values, va, vb in columns]
     groups = rows_by_node(a, n), rows_by_node(b, n)
     return [

@@ -65,10 +65,12 @@ def bits(values) -> list[int]:
 def test_square_sums_and_maxima_match_one_row_at_a_time(case, dense_cells, running):
     a, b, columns = case
     arrays = [tuple(np.array(x, dtype=np.float64) for x in column) for column in columns]
-    # DENSE_NODES 0: the running sums of many nodes (at least 3: the maximum's rule needs them).
-    dense_nodes = 0 if running and len(columns[0][0]) >= 3 else core.whatif.DENSE_NODES
+    # DENSE_NODES 0 and a cell at a time: the running sums of many nodes (on 3 nodes at least:
+    # the maximum's rule needs them).
+    running = running and len(columns[0][0]) >= 3
+    dense_nodes = 0 if running else core.whatif.DENSE_NODES
     with (
-        mock.patch.object(core.whatif, "DENSE_CELLS", dense_cells),
+        mock.patch.object(core.whatif, "DENSE_CELLS", 1 if running else dense_cells),
         mock.patch.object(core.whatif, "DENSE_NODES", dense_nodes),
     ):
         got = square_sums_and_maxima(np.array(a, dtype=np.int64), np.array(b, dtype=np.int64), arrays)
