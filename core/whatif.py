@@ -103,8 +103,9 @@ def rows_by_node(nodes: np.ndarray, n: int) -> NodeRows:
     return [order[bounds[j] : bounds[j + 1]] for j in range(n)]
 
 
-#: Cells (candidates x nodes) of the load matrix :func:`exact_load_sums` fills at a time: 2 MiB of
-#: float64, so that many candidates on many nodes are summed in pieces of about the caches' size.
+#: Cells (candidates x nodes) of a what-if matrix (:func:`replaced`: the loads of
+#: :func:`exact_load_sums`, the criteria of :func:`square_sums_and_maxima`) filled at a time: 2 MiB
+#: of float64, so that many candidates on many nodes are summed in pieces of about the caches' size.
 DENSE_CELLS = 1 << 18
 #: Beyond this many nodes, a matrix of more than :data:`DENSE_CELLS` costs more than running sums:
 #: its pieces' NumPy calls add up (20,000 candidates on 1024 nodes: 78 ms against 22; on 256: 10.4
