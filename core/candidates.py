@@ -265,7 +265,7 @@ def expand_compact_columns(usage: Usage, view: NodeView, compact: CompactColumns
 def _valid_compact_batch(usage: Usage, view: NodeView, compact: CompactColumns) -> CandidateBatch | None:
     """The batch when every bundle and target is valid (:func:`bundle_stats`'s rules, known
     targets other than the source), else None."""
-    resource, index = usage.resources().get, view.index()
+    resource, index = usage.resource_getter(), view.index()
     sources: list[int] = []
     cpu: list[float] = []
     mem: list[int] = []

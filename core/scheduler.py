@@ -19,7 +19,7 @@ from .imbalance import DEFAULT_FORMULA, Formula, imbalance_bounds, imbalance_fro
 from .stats import ResourceStats
 from .topsis import load_criteria, topsis_rank, topsis_scores
 from .usage import NodeView
-from .whatif import WhatIf, exact_load_sums, exact_square_sums, rows_by_node, what_if
+from .whatif import WhatIf, exact_load_sums, square_sums_and_maxima, what_if
 
 Method = Literal["bruteforce", "topsis"]
 METHODS: tuple[Method, ...] = ("bruteforce", "topsis")
@@ -196,32 +196,10 @@ def topsis_criteria(w: WhatIf) -> np.ndarray:
     :func:`core.topsis.load_criteria`)."""
     batch = w.batch
     view = batch.view
-    n = len(view)
-    cpu, mem = view.cpu_loads(), view.mem_loads()
-    a, b = batch.src, batch.tgt
-    groups = rows_by_node(a, n), rows_by_node(b, n)
-    return load_criteria(
-        exact_square_sums(cpu, a, w.cpu_src, b, w.cpu_tgt, groups),
-        _max_with_two_replaced(cpu, a, w.cpu_src, b, w.cpu_tgt),
-        exact_square_sums(mem, a, w.mem_src, b, w.mem_tgt, groups),
-        _max_with_two_replaced(mem, a, w.mem_src, b, w.mem_tgt),
-        n,
+    cpu, mem = square_sums_and_maxima(
+        batch.src, batch.tgt, [(view.cpu_loads(), w.cpu_src, w.cpu_tgt), (view.mem_loads(), w.mem_src, w.mem_tgt)]
     )
-
-
-def _max_with_two_replaced(
-    values: np.ndarray, a: np.ndarray, va: np.ndarray, b: np.ndarray, vb: np.ndarray
-) -> np.ndarray:
-    """Per row, the maximum of ``values`` with positions a/b replaced by va/vb (exact: max does
-    not round). Only the three largest base values can be the maximum of the others."""
-    top = np.argsort(-values, kind="stable")[:3]
-    others = np.zeros(len(a))
-    found = np.zeros(len(a), dtype=bool)
-    for idx in top:
-        usable = ~found & (a != idx) & (b != idx)
-        others[usable] = values[idx]
-        found |= usable
-    return np.maximum(np.maximum(others, va), vb)
+    return load_criteria(*cpu, *mem, len(view))
 
 
 def score_topsis(batch: CandidateBatch, limit: int, formula: Formula = DEFAULT_FORMULA) -> list[ScoredMigration]:
@@ -328,18 +306,12 @@ def score_nodes_to_start(view: NodeView, stats: ResourceStats) -> list[tuple[str
     if n == 0:
         return []
     added_cpu = np.where(stats.maxcpu == 0.0, view.maxcpu, stats.maxcpu)
-    cpu, mem = view.cpu_loads(), view.mem_loads()
     new_cpu = (view.cpu + added_cpu) / view.maxcpu
     new_mem = (view.mem + stats.maxmem).astype(np.float64) / view.maxmem
-    x, none = np.arange(n), np.full(n, -1)
-    groups = rows_by_node(x, n), rows_by_node(none, n)
-    matrix = load_criteria(
-        exact_square_sums(cpu, x, new_cpu, none, new_cpu, groups),
-        _max_with_two_replaced(cpu, x, new_cpu, none, new_cpu),
-        exact_square_sums(mem, x, new_mem, none, new_mem, groups),
-        _max_with_two_replaced(mem, x, new_mem, none, new_mem),
-        n,
-    )
+    x = np.arange(n)  # alternative x changes node x alone: its a and b
+    columns = [(view.cpu_loads(), new_cpu, new_cpu), (view.mem_loads(), new_mem, new_mem)]
+    cpu, mem = square_sums_and_maxima(x, x, columns)
+    matrix = load_criteria(*cpu, *mem, n)
     scores = topsis_scores(matrix)
     return list(zip(view.names, map(float, scores)))
 

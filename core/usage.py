@@ -7,7 +7,7 @@ changes nothing (upstream loses the resource on the legacy "already moving" erro
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -194,6 +194,11 @@ class Usage:
 
     def resource(self, sid: str) -> Resource | None:
         return self._resources.get(sid)
+
+    def resource_getter(self) -> Callable[[str], Resource | None]:
+        """:meth:`resource` as the usage's own mapping's ``get``, for a caller that looks up many
+        sids (no copy of the mapping, no Python call per sid)."""
+        return self._resources.get
 
     def resources(self) -> dict[str, Resource]:
         """sid -> Resource in insertion order (a copy)."""
