@@ -10,6 +10,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib", "$FindBin::Bin/../lib";
 
+use List::Util qw(sum);
 use Test::More;
 use CRSBridgeTest;
 use CRSBridge::Connection;
@@ -18,8 +19,8 @@ use PVE::RS::ResourceScheduling::Static;
 use PVE::RS::ResourceScheduling::Dynamic;
 
 # Count what is written to the server: messages (lines), requests inside them, and mutations
-# inside those (scheduler.apply entries).
-my ($messages, $requests, $mutations) = (0, 0, 0);
+# inside those (scheduler.apply entries); and list the mutations of each batch queued.
+my ($messages, $requests, $mutations, @batches) = (0, 0, 0);
 {
     no warnings 'redefine';
     my $queue = \&CRSBridge::Process::queue;
@@ -27,7 +28,9 @@ my ($messages, $requests, $mutations) = (0, 0, 0);
         my ($self, $bytes) = @_;
         $messages += () = $bytes =~ /\n/g;
         $requests += () = $bytes =~ /"jsonrpc":"2\.0"/g;
-        $mutations += () = $bytes =~ /\["(?:add|remove)_/g;
+        my $count = () = $bytes =~ /\["(?:add|remove)_/g;
+        $mutations += $count;
+        push @batches, $count if $count;
         return $queue->(@_);
     };
 }
@@ -81,6 +84,8 @@ $usage->remove_node('node1');
 is_deeply(server_call($usage, 'list_nodes'), $usage->list_nodes, 'server and client agree after remove_node');
 
 subtest 'the buffer is sent at FIRST_CHUNK mutations after a call, then at twice as many, up to CHUNK, over all objects' => sub {
+    no warnings 'redefine';
+    local *CRSBridge::Process::cpu_free = sub { 0 };    # a busy machine (a free CPU: the next subtest)
     my ($first, $chunk) = (CRSBridge::Connection::FIRST_CHUNK, CRSBridge::Connection::CHUNK);
     my ($one, $two) = map { PVE::RS::ResourceScheduling::Static->new() } 1 .. 2;
     $_->add_node('n1', 16, 64 * GiB) for $one, $two;
@@ -104,6 +109,60 @@ subtest 'the buffer is sent at FIRST_CHUNK mutations after a call, then at twice
     ($messages, $mutations) = (0, 0);
     $two->add_service("vm:again$_", service('n1')) for 1 .. $first;
     is_deeply([ $messages, $mutations ], [ 1, $first ], 'after the query, FIRST_CHUNK again');
+};
+
+subtest 'while a CPU is free, a run as long as the last one sends smaller and smaller chunks towards its end' => sub {
+    my ($first, $chunk, $tail) = (CRSBridge::Connection::FIRST_CHUNK, CRSBridge::Connection::CHUNK,
+        CRSBridge::Connection::TAIL_CHUNK);
+    my $free = 1;
+    no warnings 'redefine';
+    local *CRSBridge::Process::cpu_free = sub { $free };
+    my $rounds = 0;
+    # An HA round of $guests adds (and its node): the mutations of each batch it sent.
+    my $round = sub {
+        my ($guests) = @_;
+        $rounds++;
+        @batches = ();
+        my $usage = PVE::RS::ResourceScheduling::Static->new();
+        $usage->add_node('n1', 16, 64 * GiB);
+        $usage->add_service("vm:$rounds:$_", service('n1')) for 1 .. $guests;
+        $usage->calculate_node_imbalance;
+        return [@batches];
+    };
+    $round->(300) for 1 .. 2;    # (the first one's run may hold what the last subtest left)
+    my $batches = $round->(300);
+    is(sum(@$batches), 301, 'a round as long as the last: every mutation sent');
+    is($batches->[0], $first, '... the first FIRST_CHUNK at once');
+    my $sent = $batches->[0];
+    for my $size (@$batches[ 1 .. $#$batches - 1 ]) {
+        my $left = 301 - $sent;
+        cmp_ok($size, '<=', List::Util::max($tail, ($left + 1) / 2), "then $size: at most half of the $left still to come");
+        cmp_ok($size, '>=', $tail, '... and at least TAIL_CHUNK');
+        $sent += $size;
+    }
+    cmp_ok($batches->[-1], '<', $tail, "the query finds only $batches->[-1] to apply");
+
+    $free = 0;
+    is_deeply($round->(300), [ $first, 2 * $first, 301 - 3 * $first ],
+        'on a busy machine the chunks only grow, and the query takes the rest');
+
+    $free = 1;
+    $batches = $round->(900);
+    is(sum(@$batches), 901, 'a round longer than the last: every mutation sent');
+    my ($before, @past) = (0);    # the batches (but the query's) sent once the last round's length was passed
+    for my $i (0 .. $#$batches - 1) {
+        push @past, $i if $before >= 301;
+        $before += $batches->[$i];
+    }
+    ok(scalar @past, 'past the last round\'s length it sends more chunks');
+    for my $i (@past) {
+        my $prev = $batches->[ $i - 1 ];
+        is($batches->[$i], List::Util::min(2 * $prev, $chunk), "... each twice the last, up to CHUNK ($batches->[$i])");
+    }
+    $batches = $round->(150);
+    is(sum(@$batches), 151, 'a round shorter than the last: every mutation sent');
+    cmp_ok(scalar(grep { $_ < $tail } @$batches[ 0 .. $#$batches - 1 ]), '==', 0,
+        '... in chunks of at least TAIL_CHUNK, the rest with the query');
 };
 
 subtest 'destroyed objects are freed on the server' => sub {

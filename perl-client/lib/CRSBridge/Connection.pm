@@ -27,7 +27,16 @@ use CRSBridge::Process;
 # own costs a write, a request and a wake-up on each side, which a few dozen adds of overlap do
 # not pay for: a round of fewer than FIRST_CHUNK mutations goes in one write with its first query
 # (3 x 30: p50 5 % lower on average over four runs with 64 than with 16; 4 x 300, 8 x 500 alike).
-use constant { FIRST_CHUNK => 64, CHUNK => 250 };
+# The last chunk, though, goes with the query, which waits while the server applies it. So when
+# the last run (the entries journaled between two calls) had at least FIRST_CHUNK entries, as an
+# HA round's adds have, the same count round after round, the next run's chunks are at most half
+# of the entries that run says are still to come, and at least TAIL_CHUNK: they shrink towards
+# its end, and the query finds a few dozen left to apply, not up to CHUNK (4 x 300: 28, not
+# 112). A run longer than the last goes on growing its chunks as above; one shorter sends its
+# rest with the query. Only while a CPU is free (CRSBridge::Process::cpu_free): the server then
+# polls, and an extra batch costs it no wake-up; on a busy machine each one woke the server and
+# took CPU from Perl, and a 4 x 300 round took 5 % longer with them.
+use constant { FIRST_CHUNK => 64, CHUNK => 250, TAIL_CHUNK => 32 };
 # Most journal entries in one scheduler.apply (a replay of a longer journal takes several).
 use constant APPLY_MAX => 10000;
 # Most answers remembered for one journal (see query): a round asks a few.
@@ -38,6 +47,8 @@ my %LIVE;          # object id -> state of every live scheduler object of this p
 my $SERVERS = 0;   # servers started so far, to tell a handle's server apart from the current one
 my $PENDING = 0;    # journal entries not yet queued to the server, over all objects
 my $DUE = FIRST_CHUNK;    # ... and how many make a flush due (see journal_room)
+my $RUN = 0;         # entries queued since the last call's flush: the current run's so far
+my $EXPECTED = 0;    # entries of the last run of at least FIRST_CHUNK (0: none yet)
 # The last answer read for a call or given from memory (a reference to the line as the server
 # wrote it), for CRSBridge::Recorder, which records answers bit for bit.
 our $ANSWER;
@@ -125,7 +136,7 @@ server alone.
 sub instance {
     return $CURRENT if $CURRENT && $CURRENT->{pid} == $$;
     $CURRENT->_abandon if $CURRENT;
-    $PENDING = 0;
+    ($PENDING, $RUN) = (0, 0);
     return $CURRENT = bless {
         pid => $$, proc => undef, srv => '', number => 0, next_id => 1,
         dirty => [], frees => [], batches => [],
@@ -562,7 +573,7 @@ sub _ensure_server {
     $self->{number} = ++$SERVERS;
     $self->{srv} = "$SERVERS/$$";
     @$self{qw(dirty frees batches created)} = ([], [], [], {});
-    $PENDING = 0;
+    ($PENDING, $RUN) = (0, 0);
     $self->{busy} = 1;
     $self->_restore;
     $self->{busy} = 0;
@@ -607,11 +618,11 @@ sub _restore {
 # Queue all unsent journal entries (one scheduler.apply per object, after the object's
 # scheduler.new if it is unborn, see create) and frees as one batch; answers are checked as
 # they come. With $hold, the batch waits in the buffer for the request queued next (a call's
-# flush: the next flush is due at FIRST_CHUNK entries; else at twice this one's, up to CHUNK).
+# flush, which ends a run); see _next_due for when the next flush is due.
 sub _flush {
     my ($self, $hold) = @_;
+    $DUE = _next_due($hold);
     $PENDING = 0;
-    $DUE = $hold ? FIRST_CHUNK : $DUE * 2 < CHUNK ? $DUE * 2 : CHUNK;
     # (Most queries of a round find nothing to send: they come before the request they go with.)
     return if !$self->{proc} || !@{ $self->{dirty} } && !@{ $self->{frees} };
     my $srv = $self->{srv};
@@ -649,6 +660,24 @@ sub _flush {
     $self->{next_id} = $id;
     $self->{proc}->queue($line, $hold);
     return;
+}
+
+# How many entries make the flush after this one due (see FIRST_CHUNK and TAIL_CHUNK): at a
+# call's flush ($hold), FIRST_CHUNK, the run ending; else twice as many as this one's, up to
+# CHUNK, and, while a CPU is free, at most half of what the last run says is still to come, but
+# at least TAIL_CHUNK.
+sub _next_due {
+    my ($hold) = @_;
+    my $run = $RUN + $PENDING;
+    if ($hold) {
+        ($RUN, $EXPECTED) = (0, $run >= FIRST_CHUNK ? $run : $EXPECTED);
+        return FIRST_CHUNK;
+    }
+    $RUN = $run;
+    my $due = $DUE * 2 < CHUNK ? $DUE * 2 : CHUNK;
+    my $half_left = int(($EXPECTED - $run + 1) / 2);
+    $half_left = TAIL_CHUNK if $half_left < TAIL_CHUNK;
+    return $half_left < $due && $run < $EXPECTED && CRSBridge::Process::cpu_free() ? $half_left : $due;
 }
 
 # A flush from mutate: a dead server must not fail the mutation (the next call notices it,
