@@ -118,8 +118,8 @@ C<scheduler.apply> entry per mutation, the JSON text C<[method, args...]>; read 
 C<journal_entries>), C<sent> (journal entries already queued to the current server), C<unborn>
 (its C<scheduler.new> not yet sent, see C<create>), C<poison> (set when the server refused a
 buffered mutation or its creation: see C<usable>), C<dead>. The journal's flush policy
-(C<FIRST_CHUNK>, C<CHUNK>, C<TAIL_CHUNK>) is this module's too: a caller that collects entries asks
-C<journal_room> how many it may hold.
+(C<FIRST_CHUNK>, C<CHUNK>, C<TAIL_CHUNK>) is this module's too: a caller that collects entries
+asks C<journal_room> how many it may hold.
 
 =head1 METHODS
 
