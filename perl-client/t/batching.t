@@ -10,7 +10,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib", "$FindBin::Bin/../lib";
 
-use List::Util qw(sum);
+use List::Util qw(max min sum);
 use Test::More;
 use CRSBridgeTest;
 use CRSBridge::Connection;
@@ -136,7 +136,7 @@ subtest 'while a CPU is free, a run as long as the last one sends smaller and sm
     my $sent = $batches->[0];
     for my $size (@$batches[ 1 .. $#$batches - 1 ]) {
         my $left = 301 - $sent;
-        cmp_ok($size, '<=', List::Util::max($tail, ($left + 1) / 2), "then $size: at most half of the $left still to come");
+        cmp_ok($size, '<=', max($tail, ($left + 1) / 2), "then $size: at most half of the $left still to come");
         cmp_ok($size, '>=', $tail, '... and at least TAIL_CHUNK');
         $sent += $size;
     }
@@ -157,7 +157,7 @@ subtest 'while a CPU is free, a run as long as the last one sends smaller and sm
     ok(scalar @past, 'past the last round\'s length it sends more chunks');
     for my $i (@past) {
         my $prev = $batches->[ $i - 1 ];
-        is($batches->[$i], List::Util::min(2 * $prev, $chunk), "... each twice the last, up to CHUNK ($batches->[$i])");
+        is($batches->[$i], min(2 * $prev, $chunk), "... each twice the last, up to CHUNK ($batches->[$i])");
     }
     $batches = $round->(150);
     is(sum(@$batches), 151, 'a round shorter than the last: every mutation sent');
