@@ -10,7 +10,8 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib", "$FindBin::Bin/../lib";
 
-use List::Util qw(max min sum);
+use List::Util qw(min sum);
+use POSIX ();
 use Test::More;
 use CRSBridgeTest;
 use CRSBridge::Connection;
@@ -111,9 +112,9 @@ subtest 'the buffer is sent at FIRST_CHUNK mutations after a call, then at twice
     is_deeply([ $messages, $mutations ], [ 1, $first ], 'after the query, FIRST_CHUNK again');
 };
 
-subtest 'while a CPU is free, a run as long as the last one sends smaller and smaller chunks towards its end' => sub {
-    my ($first, $chunk, $tail) = (CRSBridge::Connection::FIRST_CHUNK, CRSBridge::Connection::CHUNK,
-        CRSBridge::Connection::TAIL_CHUNK);
+subtest 'while a CPU is free, a run as long as the last one goes in shrinking chunks, and little with the query' => sub {
+    my ($first, $chunk, $tail, $share) = (CRSBridge::Connection::FIRST_CHUNK, CRSBridge::Connection::CHUNK,
+        CRSBridge::Connection::TAIL_CHUNK, CRSBridge::Connection::TAIL_SHARE);
     my $free = 1;
     no warnings 'redefine';
     local *CRSBridge::Process::cpu_free = sub { $free };
@@ -132,17 +133,17 @@ subtest 'while a CPU is free, a run as long as the last one sends smaller and sm
     $round->(300) for 1 .. 2;    # (the first one's run may hold what the last subtest left)
     my $batches = $round->(300);
     is(sum(@$batches), 301, 'a round as long as the last: every mutation sent');
-    is($batches->[0], $first, '... the first FIRST_CHUNK at once');
-    my $sent = $batches->[0];
-    for my $size (@$batches[ 1 .. $#$batches - 1 ]) {
-        my $left = 301 - $sent;
-        cmp_ok($size, '<=', max($tail, ($left + 1) / 2), "then $size: at most half of the $left still to come");
+    cmp_ok(scalar @$batches, '>', 1, '... not all with the query');
+    my $left = 301;
+    for my $size (@$batches[ 0 .. $#$batches - 1 ]) {
+        cmp_ok($size, '<=', POSIX::ceil($share * $left), "$size of the $left still to come: at most TAIL_SHARE");
         cmp_ok($size, '>=', $tail, '... and at least TAIL_CHUNK');
-        $sent += $size;
+        $left -= $size;
     }
-    cmp_ok($batches->[-1], '<', $tail, "the query finds only $batches->[-1] to apply");
+    cmp_ok($share * $left, '<', $tail, "the query finds only $left to apply (TAIL_SHARE of them: under TAIL_CHUNK)");
 
     $free = 0;
+    $round->(300);    # (its first chunk was sized at the last query, while a CPU was free)
     is_deeply($round->(300), [ $first, 2 * $first, 301 - 3 * $first ],
         'on a busy machine the chunks only grow, and the query takes the rest');
 

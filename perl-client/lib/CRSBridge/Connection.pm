@@ -27,16 +27,18 @@ use CRSBridge::Process;
 # own costs a write, a request and a wake-up on each side, which a few dozen adds of overlap do
 # not pay for: a round of fewer than FIRST_CHUNK mutations goes in one write with its first query
 # (3 x 30: p50 5 % lower on average over four runs with 64 than with 16; 4 x 300, 8 x 500 alike).
-# The last chunk, though, goes with the query, which waits while the server applies it. So when
-# the last run (the entries journaled between two calls) had at least FIRST_CHUNK entries, as an
-# HA round's adds have, the same count round after round, the next run's chunks are at most half
-# of the entries that run says are still to come, and at least TAIL_CHUNK: they shrink towards
-# its end, and the query finds a few dozen left to apply, not up to CHUNK (4 x 300: 28, not
-# 112). A run longer than the last goes on growing its chunks as above; one shorter sends its
-# rest with the query. Only while a CPU is free (CRSBridge::Process::cpu_free): the server then
-# polls, and an extra batch costs it no wake-up; on a busy machine each one woke the server and
-# took CPU from Perl, and a 4 x 300 round took 5 % longer with them.
-use constant { FIRST_CHUNK => 64, CHUNK => 250, TAIL_CHUNK => 32 };
+# The last chunk, though, goes with the query, which waits while the server applies it: up to
+# CHUNK. So when the last run (the entries journaled between two calls) had at least FIRST_CHUNK
+# entries, as an HA round's adds have, the same count round after round, the next run goes in
+# chunks of TAIL_SHARE of the entries that run says are still to come (up to CHUNK), each 0.4
+# times the last: the server applies one (1 us an add) while Perl builds the next (2.5 us an
+# add). Once a chunk would be fewer than TAIL_CHUNK, the rest goes with the query (4 x 300: 181,
+# 72, and 48 with the query; before, 64, 128 and 112). Few chunks: a write of a few KB cost Perl
+# 25 us here (the server polling; halving the rest, 4 chunks, gained less). A run longer than the
+# last grows its chunks as above. Only while a CPU is free (CRSBridge::Process::cpu_free): the
+# server then polls, and a batch costs it no wake-up; on a busy machine each one woke the server
+# and took CPU from Perl, and a 4 x 300 round took 5 % longer with them.
+use constant { FIRST_CHUNK => 64, CHUNK => 250, TAIL_CHUNK => 32, TAIL_SHARE => 0.6 };
 # Most journal entries in one scheduler.apply (a replay of a longer journal takes several).
 use constant APPLY_MAX => 10000;
 # Most answers remembered for one journal (see query): a round asks a few.
@@ -118,8 +120,8 @@ C<scheduler.apply> entry per mutation, the JSON text C<[method, args...]>; read 
 C<journal_entries>), C<sent> (journal entries already queued to the current server), C<unborn>
 (its C<scheduler.new> not yet sent, see C<create>), C<poison> (set when the server refused a
 buffered mutation or its creation: see C<usable>), C<dead>. The journal's flush policy
-(C<FIRST_CHUNK>, C<CHUNK>, C<TAIL_CHUNK>) is this module's too: a caller that collects entries
-asks C<journal_room> how many it may hold.
+(C<FIRST_CHUNK>, C<CHUNK>, C<TAIL_CHUNK>, C<TAIL_SHARE>) is this module's too: a caller that
+collects entries asks C<journal_room> how many it may hold.
 
 =head1 METHODS
 
@@ -663,21 +665,21 @@ sub _flush {
 }
 
 # How many entries make the flush after this one due (see FIRST_CHUNK and TAIL_CHUNK): at a
-# call's flush ($hold), FIRST_CHUNK, the run ending; else twice as many as this one's, up to
-# CHUNK, and, while a CPU is free, at most half of what the last run says is still to come, but
-# at least TAIL_CHUNK.
+# call's flush ($hold), which ends a run, FIRST_CHUNK; else twice as many as this one's, up to
+# CHUNK; but while a CPU is free, TAIL_SHARE of what the last run says is still to come, up to
+# CHUNK, unless that is fewer than TAIL_CHUNK.
 sub _next_due {
     my ($hold) = @_;
     my $run = $RUN + $PENDING;
+    my $due;
     if ($hold) {
-        ($RUN, $EXPECTED) = (0, $run >= FIRST_CHUNK ? $run : $EXPECTED);
-        return FIRST_CHUNK;
+        ($RUN, $EXPECTED, $run, $due) = (0, $run >= FIRST_CHUNK ? $run : $EXPECTED, 0, FIRST_CHUNK);
+    } else {
+        ($RUN, $due) = ($run, $DUE * 2 < CHUNK ? $DUE * 2 : CHUNK);
     }
-    $RUN = $run;
-    my $due = $DUE * 2 < CHUNK ? $DUE * 2 : CHUNK;
-    my $half_left = int(($EXPECTED - $run + 1) / 2);
-    $half_left = TAIL_CHUNK if $half_left < TAIL_CHUNK;
-    return $half_left < $due && $run < $EXPECTED && CRSBridge::Process::cpu_free() ? $half_left : $due;
+    my $share = POSIX::ceil(TAIL_SHARE * ($EXPECTED - $run));
+    return $due if $share < TAIL_CHUNK || !CRSBridge::Process::cpu_free();
+    return $share < CHUNK ? $share : CHUNK;
 }
 
 # A flush from mutate: a dead server must not fail the mutation (the next call notices it,
