@@ -85,8 +85,6 @@ $usage->remove_node('node1');
 is_deeply(server_call($usage, 'list_nodes'), $usage->list_nodes, 'server and client agree after remove_node');
 
 subtest 'the buffer is sent at FIRST_CHUNK mutations after a call, then at twice as many, up to CHUNK, over all objects' => sub {
-    no warnings 'redefine';
-    local *CRSBridge::Process::cpu_free = sub { 0 };    # a busy machine (a free CPU: the next subtest)
     my ($first, $chunk) = (CRSBridge::Connection::FIRST_CHUNK, CRSBridge::Connection::CHUNK);
     my ($one, $two) = map { PVE::RS::ResourceScheduling::Static->new() } 1 .. 2;
     $_->add_node('n1', 16, 64 * GiB) for $one, $two;
@@ -107,17 +105,16 @@ subtest 'the buffer is sent at FIRST_CHUNK mutations after a call, then at twice
     is($messages, 0, 'at most CHUNK from then on');
     $two->calculate_node_imbalance;
     is($mutations, $chunk - 1, 'the rest are sent with the next query');
+    $two->add_service('vm:short', service('n1'));
+    $two->calculate_node_imbalance;    # a short run: the next one expects nothing (see the next subtest)
     ($messages, $mutations) = (0, 0);
     $two->add_service("vm:again$_", service('n1')) for 1 .. $first;
     is_deeply([ $messages, $mutations ], [ 1, $first ], 'after the query, FIRST_CHUNK again');
 };
 
-subtest 'while a CPU is free, a run as long as the last one goes in shrinking chunks, and little with the query' => sub {
+subtest 'a run as long as the last one goes in shrinking chunks, and little with the query' => sub {
     my ($first, $chunk, $tail, $share) = (CRSBridge::Connection::FIRST_CHUNK, CRSBridge::Connection::CHUNK,
         CRSBridge::Connection::TAIL_CHUNK, CRSBridge::Connection::TAIL_SHARE);
-    my $free = 1;
-    no warnings 'redefine';
-    local *CRSBridge::Process::cpu_free = sub { $free };
     my $rounds = 0;
     # An HA round of $guests adds (and its node): the mutations of each batch it sent.
     my $round = sub {
@@ -142,12 +139,6 @@ subtest 'while a CPU is free, a run as long as the last one goes in shrinking ch
     }
     cmp_ok($share * $left, '<', $tail, "the query finds only $left to apply (TAIL_SHARE of them: under TAIL_CHUNK)");
 
-    $free = 0;
-    $round->(300);    # (its first chunk was sized at the last query, while a CPU was free)
-    is_deeply($round->(300), [ $first, 2 * $first, 301 - 3 * $first ],
-        'on a busy machine the chunks only grow, and the query takes the rest');
-
-    $free = 1;
     $batches = $round->(900);
     is(sum(@$batches), 901, 'a round longer than the last: every mutation sent');
     my ($before, @past) = (0);    # the batches (but the query's) sent once the last round's length was passed
@@ -164,6 +155,10 @@ subtest 'while a CPU is free, a run as long as the last one goes in shrinking ch
     is(sum(@$batches), 151, 'a round shorter than the last: every mutation sent');
     cmp_ok(scalar(grep { $_ < $tail } @$batches[ 0 .. $#$batches - 1 ]), '==', 0,
         '... in chunks of at least TAIL_CHUNK, the rest with the query');
+
+    $round->(10);
+    is_deeply($round->(300), [ $first, 2 * $first, 301 - 3 * $first ],
+        'after a round of fewer than FIRST_CHUNK: FIRST_CHUNK, twice as many, the rest with the query');
 };
 
 subtest 'destroyed objects are freed on the server' => sub {

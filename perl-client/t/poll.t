@@ -25,7 +25,7 @@ sub reading_end {
 
 subtest 'an answer waiting is taken' => sub {
     no warnings 'redefine';
-    local *CRSBridge::Process::cpu_free = sub { 1 };
+    local *CRSBridge::Process::_cpu_free = sub { 1 };
     my ($proc, $server) = reading_end();
     print {$server} qq({"id":1}\n);
     ok($proc->_poll, 'polling found the answer');
@@ -36,7 +36,7 @@ subtest 'an answer waiting is taken' => sub {
 
 subtest 'no CPU free: nothing is read by polling' => sub {
     no warnings 'redefine';
-    local *CRSBridge::Process::cpu_free = sub { 0 };
+    local *CRSBridge::Process::_cpu_free = sub { 0 };
     my ($proc, $server) = reading_end();
     print {$server} qq({"id":2}\n);
     ok(!$proc->_poll, 'no poll');
@@ -46,7 +46,7 @@ subtest 'no CPU free: nothing is read by polling' => sub {
 
 subtest 'a server that ends while polled for' => sub {
     no warnings 'redefine';
-    local *CRSBridge::Process::cpu_free = sub { 1 };
+    local *CRSBridge::Process::_cpu_free = sub { 1 };
     my ($proc, $server) = reading_end();
     close($server);
     my $error = eval { $proc->_poll; 1 } ? undef : $@;
@@ -56,7 +56,7 @@ subtest 'a server that ends while polled for' => sub {
 
 subtest 'a wall clock set back does not prolong the poll' => sub {
     no warnings 'redefine';
-    local *CRSBridge::Process::cpu_free = sub { 1 };
+    local *CRSBridge::Process::_cpu_free = sub { 1 };
     my $now = 2e9;
     local *CRSBridge::Process::time = sub { return $now -= 3600 };    # an hour back at every look
     my ($proc, $server) = reading_end();    # a server that says nothing

@@ -28,16 +28,15 @@ use CRSBridge::Process;
 # not pay for: a round of fewer than FIRST_CHUNK mutations goes in one write with its first query
 # (3 x 30: p50 5 % lower on average over four runs with 64 than with 16; 4 x 300, 8 x 500 alike).
 # The last chunk, though, goes with the query, which waits while the server applies it: up to
-# CHUNK. So when the last run (the entries journaled between two calls) had at least FIRST_CHUNK
-# entries, as an HA round's adds have, the same count round after round, the next run goes in
-# chunks of TAIL_SHARE of the entries that run says are still to come (up to CHUNK), each 0.4
+# CHUNK. So when the last run (the entries journaled between two calls, if any) had at least
+# FIRST_CHUNK, as an HA round's adds have, the same count round after round, the next run goes
+# in chunks of TAIL_SHARE of the entries that run says are still to come (up to CHUNK), each 0.4
 # times the last: the server applies one (1 us an add) while Perl builds the next (2.5 us an
 # add). Once a chunk would be fewer than TAIL_CHUNK, the rest goes with the query (4 x 300: 181,
-# 72, and 48 with the query; before, 64, 128 and 112). Few chunks: a write of a few KB cost Perl
-# 25 us here (the server polling; halving the rest, 4 chunks, gained less). A run longer than the
-# last grows its chunks as above. Only while a CPU is free (CRSBridge::Process::cpu_free): the
-# server then polls, and a batch costs it no wake-up; on a busy machine each one woke the server
-# and took CPU from Perl, and a 4 x 300 round took 5 % longer with them.
+# 72, and 48 with the query; before, 64, 128 and 112), and a run longer than the last grows its
+# chunks as above. Few chunks: a write of a few KB costs Perl 25 us here while the server polls
+# (halving the rest, 64, 119, 59, 32 and 27 with the query, gained less; on a busy machine it
+# lost).
 use constant { FIRST_CHUNK => 64, CHUNK => 250, TAIL_CHUNK => 32, TAIL_SHARE => 0.6 };
 # Most journal entries in one scheduler.apply (a replay of a longer journal takes several).
 use constant APPLY_MAX => 10000;
@@ -50,7 +49,7 @@ my $SERVERS = 0;   # servers started so far, to tell a handle's server apart fro
 my $PENDING = 0;    # journal entries not yet queued to the server, over all objects
 my $DUE = FIRST_CHUNK;    # ... and how many make a flush due (see journal_room)
 my $RUN = 0;         # entries queued since the last call's flush: the current run's so far
-my $EXPECTED = 0;    # entries of the last run of at least FIRST_CHUNK (0: none yet)
+my $EXPECTED = 0;    # entries of the last run if it had at least FIRST_CHUNK, else 0
 # The last answer read for a call or given from memory (a reference to the line as the server
 # wrote it), for CRSBridge::Recorder, which records answers bit for bit.
 our $ANSWER;
@@ -665,21 +664,21 @@ sub _flush {
 }
 
 # How many entries make the flush after this one due (see FIRST_CHUNK and TAIL_CHUNK): at a
-# call's flush ($hold), which ends a run, FIRST_CHUNK; else twice as many as this one's, up to
-# CHUNK; but while a CPU is free, TAIL_SHARE of what the last run says is still to come, up to
+# call's flush ($hold), which ends a run (unless it was empty), FIRST_CHUNK; else twice as many
+# as this one's, up to CHUNK; but TAIL_SHARE of what the last run says is still to come, up to
 # CHUNK, unless that is fewer than TAIL_CHUNK.
 sub _next_due {
     my ($hold) = @_;
     my $run = $RUN + $PENDING;
     my $due;
     if ($hold) {
-        ($RUN, $EXPECTED, $run, $due) = (0, $run >= FIRST_CHUNK ? $run : $EXPECTED, 0, FIRST_CHUNK);
+        $EXPECTED = $run >= FIRST_CHUNK ? $run : 0 if $run;
+        ($RUN, $run, $due) = (0, 0, FIRST_CHUNK);
     } else {
         ($RUN, $due) = ($run, $DUE * 2 < CHUNK ? $DUE * 2 : CHUNK);
     }
     my $share = POSIX::ceil(TAIL_SHARE * ($EXPECTED - $run));
-    return $due if $share < TAIL_CHUNK || !CRSBridge::Process::cpu_free();
-    return $share < CHUNK ? $share : CHUNK;
+    return $share < TAIL_CHUNK ? $due : $share < CHUNK ? $share : CHUNK;
 }
 
 # A flush from mutate: a dead server must not fail the mutation (the next call notices it,

@@ -20,7 +20,7 @@ use constant STOP_SECONDS => 2;
 # How long (seconds) _wait polls for the server's answer before it sleeps in select; see _poll.
 use constant POLL_SECONDS => 1e-3;
 use constant MONOTONIC => eval { Time::HiRes::CLOCK_MONOTONIC() } // 0;    # (0: the realtime clock)
-my ($LOADAVG, $CPUS);    # for cpu_free: /proc/loadavg, kept open (undef: none), and the CPUs usable
+my ($LOADAVG, $CPUS);    # for _cpu_free: /proc/loadavg, kept open (undef: none), and the CPUs usable
 
 =head1 NAME
 
@@ -296,8 +296,8 @@ sub _wait {
 # (bridge/transport.py BriefPoll, which says why it polls only while no task waits for a CPU).
 sub _poll {
     my ($self) = @_;
-    cpu_free() or return 0;
-    # A monotonic clock (Linux, where alone cpu_free lets this run): the wall clock set back
+    _cpu_free() or return 0;
+    # A monotonic clock (Linux, where alone _cpu_free lets this run): the wall clock set back
     # (NTP stepping it) would make the poll spin on. Read inline: a sub call would make each
     # turn, and so the time to notice the answer, a quarter longer (0.5 us, not 0.4).
     my $until = Time::HiRes::clock_gettime(MONOTONIC) + POLL_SECONDS;
@@ -315,16 +315,9 @@ sub _watch_load {
     return;
 }
 
-=item cpu_free()
-
-True while /proc/loadavg counts no more running tasks than CPUs (its fourth field,
-"running/total", this process included); false without /proc (or before the first server
-started). A server then polls for its next request (bridge/transport.py BriefPoll): a message
-costs it no wake-up. Costs a read of /proc/loadavg, 0.5 us.
-
-=cut
-
-sub cpu_free {
+# True while /proc/loadavg counts no more running tasks than CPUs (its fourth field,
+# "running/total", this process included); false without /proc.
+sub _cpu_free {
     return 0 if !$LOADAVG || !sysseek($LOADAVG, 0, 0) || !sysread($LOADAVG, my $text, 128);
     my ($running) = $text =~ /^\S+ \S+ \S+ (\d+)\//;
     return defined $running && $running <= $CPUS;
