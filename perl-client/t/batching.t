@@ -116,7 +116,8 @@ subtest 'a run as long as the last one goes in shrinking chunks, and little with
     my ($first, $chunk, $tail, $share) = (CRSBridge::Connection::FIRST_CHUNK, CRSBridge::Connection::CHUNK,
         CRSBridge::Connection::TAIL_CHUNK, CRSBridge::Connection::TAIL_SHARE);
     my $rounds = 0;
-    # An HA round of $guests adds (and its node): the mutations of each batch it sent.
+    # An HA round of $guests adds (and its node), its imbalance and another call with nothing
+    # journaled in between (the round's scores): the mutations of each batch it sent.
     my $round = sub {
         my ($guests) = @_;
         $rounds++;
@@ -125,6 +126,7 @@ subtest 'a run as long as the last one goes in shrinking chunks, and little with
         $usage->add_node('n1', 16, 64 * GiB);
         $usage->add_service("vm:$rounds:$_", service('n1')) for 1 .. $guests;
         $usage->calculate_node_imbalance;
+        server_call($usage, 'list_nodes');
         return [@batches];
     };
     $round->(300) for 1 .. 2;    # (the first one's run may hold what the last subtest left)
