@@ -34,9 +34,9 @@ use CRSBridge::Process;
 # times the last: the server applies one (1 us an add) while Perl builds the next (2.5 us an
 # add). Once a chunk would be fewer than TAIL_CHUNK, the rest goes with the query (4 x 300: 181,
 # 72, and 48 with the query; before, 64, 128 and 112), and a run longer than the last grows its
-# chunks as above. Few chunks: a write of a few KB costs Perl 25 us here while the server polls
-# (halving the rest, 64, 119, 59, 32 and 27 with the query, gained less; on a busy machine it
-# lost).
+# chunks as above. Few chunks: each write cost a round's adds 10 to 40 us here (more on a busy
+# machine), and halving the rest instead (64, 119, 59, 32, and 27 with the query) gained less,
+# and lost on a busy machine.
 use constant { FIRST_CHUNK => 64, CHUNK => 250, TAIL_CHUNK => 32, TAIL_SHARE => 0.6 };
 # Most journal entries in one scheduler.apply (a replay of a longer journal takes several).
 use constant APPLY_MAX => 10000;
