@@ -48,7 +48,7 @@ my %LIVE;          # object id -> state of every live scheduler object of this p
 my $SERVERS = 0;   # servers started so far, to tell a handle's server apart from the current one
 my $PENDING = 0;    # journal entries not yet queued to the server, over all objects
 my $DUE = FIRST_CHUNK;    # ... and how many make a flush due (see journal_room)
-my $RUN = 0;         # entries queued since the last call's flush: the current run's so far
+my $RUN = 0;         # entries journaled since the last call's flush: the current run's so far
 my $EXPECTED = 0;    # entries of the last run if it had at least FIRST_CHUNK, else 0
 # The last answer read for a call or given from memory (a reference to the line as the server
 # wrote it), for CRSBridge::Recorder, which records answers bit for bit.
@@ -137,7 +137,7 @@ server alone.
 sub instance {
     return $CURRENT if $CURRENT && $CURRENT->{pid} == $$;
     $CURRENT->_abandon if $CURRENT;
-    ($PENDING, $RUN) = (0, 0);
+    $PENDING = 0;
     return $CURRENT = bless {
         pid => $$, proc => undef, srv => '', number => 0, next_id => 1,
         dirty => [], frees => [], batches => [],
@@ -263,7 +263,7 @@ sub journal_many {
     my $jf = $st->{jf};
     push @{ $self->{dirty} }, $st if $st->{sent} == @$jf;
     push @$jf, splice @$entries;
-    $PENDING += $count;
+    ($PENDING, $RUN) = ($PENDING + $count, $RUN + $count);
     instance()->_flush_quietly if $PENDING >= $DUE && !$hold;
     return;
 }
@@ -574,7 +574,7 @@ sub _ensure_server {
     $self->{number} = ++$SERVERS;
     $self->{srv} = "$SERVERS/$$";
     @$self{qw(dirty frees batches created)} = ([], [], [], {});
-    ($PENDING, $RUN) = (0, 0);
+    $PENDING = 0;
     $self->{busy} = 1;
     $self->_restore;
     $self->{busy} = 0;
@@ -669,15 +669,12 @@ sub _flush {
 # CHUNK, unless that is fewer than TAIL_CHUNK.
 sub _next_due {
     my ($hold) = @_;
-    my $run = $RUN + $PENDING;
-    my $due;
+    my $due = $DUE * 2 < CHUNK ? $DUE * 2 : CHUNK;
     if ($hold) {
-        $EXPECTED = $run >= FIRST_CHUNK ? $run : 0 if $run;
-        ($RUN, $run, $due) = (0, 0, FIRST_CHUNK);
-    } else {
-        ($RUN, $due) = ($run, $DUE * 2 < CHUNK ? $DUE * 2 : CHUNK);
+        $EXPECTED = $RUN >= FIRST_CHUNK ? $RUN : 0 if $RUN;
+        ($RUN, $due) = (0, FIRST_CHUNK);
     }
-    my $share = POSIX::ceil(TAIL_SHARE * ($EXPECTED - $run));
+    my $share = POSIX::ceil(TAIL_SHARE * ($EXPECTED - $RUN));
     return $share < TAIL_CHUNK ? $due : $share < CHUNK ? $share : CHUNK;
 }
 
