@@ -169,15 +169,19 @@ _BULK = {
 def apply(scheduler: Scheduler, mode: str, entries: list) -> None:
     """Run the ``scheduler.apply`` ``entries`` on ``scheduler`` (of ``mode``) in order, all or nothing.
 
-    They run on a copy of the usage, which replaces the scheduler's only when every one
-    succeeded; the first failure is raised as a :class:`~bridge.errors.MutationError` naming its
-    entry, and the scheduler is unchanged. Runs of node and resource adds (a round's nodes and
-    guests) go to the usage in bulk (:data:`_BULK`); should that fail, the entries run again one
-    by one on a fresh copy, which names the failing one.
+    Entries that are all node and resource adds (a round's nodes and guests) go to the
+    scheduler's usage in bulk (:data:`_BULK`), and should one fail, the usage takes back the
+    adds made before it. Any other entries run on a copy of the usage, which replaces the
+    scheduler's only when every one succeeded. The first failure is raised as a
+    :class:`~bridge.errors.MutationError` naming its entry (the entries run again one by one on a
+    fresh copy to find it), and the scheduler is unchanged.
     """
+    runs = [(method, list(run)) for method, run in itertools.groupby(entries, key=_method)]
+    if _added_in_place(scheduler.usage, mode, runs):
+        return
     trial = _trial(scheduler)
     try:
-        _run_in_bulk(trial, mode, entries)
+        _run_in_bulk(trial, mode, runs)
     except (SchedulingError, InvalidInputError):
         trial = _trial(scheduler)
         mutators = MUTATORS[mode]
@@ -195,9 +199,27 @@ def _trial(scheduler: Scheduler) -> Scheduler:
     return trial
 
 
-def _run_in_bulk(trial: Scheduler, mode: str, entries: list) -> None:
+def _added_in_place(usage: Any, mode: str, runs: list) -> bool:
+    """Whether ``runs`` (``(method, entries)`` pairs) are all adds and were added to ``usage``
+    itself (in bulk). False leaves the usage as it was: other mutations, or an add that failed
+    (the adds before it are taken back). Saves the copy of the usage, which grows with it: 4 us
+    per batch at 4 x 300, up to 260 us at 48 x 10000 (a round sends 40 batches there)."""
+    bulk = _BULK[mode]
+    if any(method not in bulk for method, _ in runs):
+        return False
+    mark = usage.adds_mark()
+    try:
+        for method, run in runs:
+            bulk[method](usage, run)
+    except (SchedulingError, InvalidInputError):
+        usage.take_back_adds(mark)
+        return False
+    return True
+
+
+def _run_in_bulk(trial: Scheduler, mode: str, runs: list) -> None:
     mutators, bulk = MUTATORS[mode], _BULK[mode]
-    for method, run in itertools.groupby(entries, key=_method):
+    for method, run in runs:
         if method in bulk:
             bulk[method](trial.usage, run)
         else:

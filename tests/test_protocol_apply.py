@@ -229,6 +229,24 @@ def test_a_failing_entry_changes_nothing_and_is_named(bridge, mode, mutations, c
     assert answers(bridge, handle, mode) == before
 
 
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+def test_a_batch_of_adds_failing_midway_changes_nothing(bridge, mode):
+    """A round's kind of batch (node and guest adds only, run on the scheduler's own state): the
+    adds before the failing one are taken back, and the same adds without it then succeed."""
+    handle = new(bridge, mode)
+    bridge.call("scheduler.apply", [handle, SESSIONS[mode]])
+    before = answers(bridge, handle, mode)
+    add_node = ["add_node", "n5", 4, 16 * GiB] if mode == "static" else ["add_node", "n5", node_stats(2.0)]
+    add, place = ("add_service", service) if mode == "static" else ("add_resource", resource)
+    adds = [add_node, [add, "vm:new", place("n5")], [add, "vm:moving-new", place("n1", target="n5")]]
+    with pytest.raises(RpcError) as caught:
+        bridge.call("scheduler.apply", [handle, [*adds, [add, "vm:1", place("n2")]]])
+    assert (caught.value.message, caught.value.data["index"]) == ("resource 'vm:1' already exists", 3)
+    assert answers(bridge, handle, mode) == before
+    bridge.call("scheduler.apply", [handle, adds])
+    assert bridge.call("scheduler.list_nodes", [handle]) == [*before["nodes"], "n5"]
+
+
 def test_single_calls_word_refused_values_as_before(bridge):
     """Single calls are unchanged by apply: locations without a mutation prefix."""
     handle = new(bridge, "static")

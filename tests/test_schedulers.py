@@ -44,9 +44,10 @@ def placed(mode: str) -> st.SearchStrategy:
 
 
 @st.composite
-def entries(draw, mode: str, first: bool) -> list:
+def entries(draw, mode: str, first: bool, adds_only: bool = False) -> list:
     """``scheduler.apply`` entries of ``mode``: the ``first`` batch adds nodes n1 to n3; then mostly
-    resource adds (runs of them), some of them failing, with other mutations in between."""
+    resource adds (runs of them), some of them failing, with other mutations in between (with
+    ``adds_only``, node adds only: a round's batch, added in place)."""
     sizes = [(16, 64 * GiB), (8, 32 * GiB), (4, 16 * GiB)] if first else []
 
     def node(name: str, cores: int, memory: int) -> list:
@@ -63,6 +64,8 @@ def entries(draw, mode: str, first: bool) -> list:
     ]
     if mode == "static":
         others.append(st.tuples(NODES, SIDS, stats(mode)).map(lambda a: ["add_service_usage_to_node", *a]))
+    if adds_only:
+        others = others[:1]
     for _ in range(draw(st.integers(0, 12))):
         # Three in four are adds, so that runs of them form.
         adding = draw(st.integers(0, 3))
@@ -125,5 +128,18 @@ def sessions(draw) -> tuple[str, list]:
 
 @given(sessions())
 def test_apply_gives_what_the_mutations_one_by_one_give(session):
+    mode, batches = session
+    assert applied(mode, batches) == one_by_one(mode, batches)
+
+
+@st.composite
+def add_sessions(draw) -> tuple[str, list]:
+    mode = draw(st.sampled_from(["static", "dynamic"]))
+    return mode, [draw(entries(mode, True))] + draw(st.lists(entries(mode, False, True), min_size=1, max_size=3))
+
+
+@given(add_sessions())
+def test_batches_of_adds_give_what_the_adds_one_by_one_give(session):
+    """Batches of adds only go to the usage itself: one that fails midway must leave it as it was."""
     mode, batches = session
     assert applied(mode, batches) == one_by_one(mode, batches)

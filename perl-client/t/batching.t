@@ -10,6 +10,8 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib", "$FindBin::Bin/../lib";
 
+use List::Util qw(min sum);
+use POSIX ();
 use Test::More;
 use CRSBridgeTest;
 use CRSBridge::Connection;
@@ -18,8 +20,8 @@ use PVE::RS::ResourceScheduling::Static;
 use PVE::RS::ResourceScheduling::Dynamic;
 
 # Count what is written to the server: messages (lines), requests inside them, and mutations
-# inside those (scheduler.apply entries).
-my ($messages, $requests, $mutations) = (0, 0, 0);
+# inside those (scheduler.apply entries); and list the mutations of each batch queued.
+my ($messages, $requests, $mutations, @batches) = (0, 0, 0);
 {
     no warnings 'redefine';
     my $queue = \&CRSBridge::Process::queue;
@@ -27,7 +29,9 @@ my ($messages, $requests, $mutations) = (0, 0, 0);
         my ($self, $bytes) = @_;
         $messages += () = $bytes =~ /\n/g;
         $requests += () = $bytes =~ /"jsonrpc":"2\.0"/g;
-        $mutations += () = $bytes =~ /\["(?:add|remove)_/g;
+        my $count = () = $bytes =~ /\["(?:add|remove)_/g;
+        $mutations += $count;
+        push @batches, $count if $count;
         return $queue->(@_);
     };
 }
@@ -101,9 +105,62 @@ subtest 'the buffer is sent at FIRST_CHUNK mutations after a call, then at twice
     is($messages, 0, 'at most CHUNK from then on');
     $two->calculate_node_imbalance;
     is($mutations, $chunk - 1, 'the rest are sent with the next query');
+    $two->add_service('vm:short', service('n1'));
+    $two->calculate_node_imbalance;    # a short run: the next one expects nothing (see the next subtest)
     ($messages, $mutations) = (0, 0);
     $two->add_service("vm:again$_", service('n1')) for 1 .. $first;
     is_deeply([ $messages, $mutations ], [ 1, $first ], 'after the query, FIRST_CHUNK again');
+};
+
+subtest 'a run as long as the last one goes in shrinking chunks, and little with the query' => sub {
+    my ($first, $chunk, $tail, $share) = (CRSBridge::Connection::FIRST_CHUNK, CRSBridge::Connection::CHUNK,
+        CRSBridge::Connection::TAIL_CHUNK, CRSBridge::Connection::TAIL_SHARE);
+    my $rounds = 0;
+    # An HA round of $guests adds (and its node), its imbalance and another call with nothing
+    # journaled in between (the round's scores): the mutations of each batch it sent.
+    my $round = sub {
+        my ($guests) = @_;
+        $rounds++;
+        @batches = ();
+        my $usage = PVE::RS::ResourceScheduling::Static->new();
+        $usage->add_node('n1', 16, 64 * GiB);
+        $usage->add_service("vm:$rounds:$_", service('n1')) for 1 .. $guests;
+        $usage->calculate_node_imbalance;
+        server_call($usage, 'list_nodes');
+        return [@batches];
+    };
+    $round->(300) for 1 .. 2;    # (the first one's run may hold what the last subtest left)
+    my $batches = $round->(300);
+    is(sum(@$batches), 301, 'a round as long as the last: every mutation sent');
+    cmp_ok(scalar @$batches, '>', 1, '... not all with the query');
+    my $left = 301;
+    for my $size (@$batches[ 0 .. $#$batches - 1 ]) {
+        cmp_ok($size, '<=', POSIX::ceil($share * $left), "$size of the $left still to come: at most TAIL_SHARE");
+        cmp_ok($size, '>=', $tail, '... and at least TAIL_CHUNK');
+        $left -= $size;
+    }
+    cmp_ok($share * $left, '<', $tail, "the query finds only $left to apply (TAIL_SHARE of them: under TAIL_CHUNK)");
+
+    $batches = $round->(900);
+    is(sum(@$batches), 901, 'a round longer than the last: every mutation sent');
+    my ($before, @past) = (0);    # the batches (but the query's) sent once the last round's length was passed
+    for my $i (0 .. $#$batches - 1) {
+        push @past, $i if $before >= 301;
+        $before += $batches->[$i];
+    }
+    ok(scalar @past, 'past the last round\'s length it sends more chunks');
+    for my $i (@past) {
+        my $prev = $batches->[ $i - 1 ];
+        is($batches->[$i], min(2 * $prev, $chunk), "... each twice the last, up to CHUNK ($batches->[$i])");
+    }
+    $batches = $round->(150);
+    is(sum(@$batches), 151, 'a round shorter than the last: every mutation sent');
+    cmp_ok(scalar(grep { $_ < $tail } @$batches[ 0 .. $#$batches - 1 ]), '==', 0,
+        '... in chunks of at least TAIL_CHUNK, the rest with the query');
+
+    $round->(10);
+    is_deeply($round->(300), [ $first, 2 * $first, 301 - 3 * $first ],
+        'after a round of fewer than FIRST_CHUNK: FIRST_CHUNK, twice as many, the rest with the query');
 };
 
 subtest 'destroyed objects are freed on the server' => sub {

@@ -205,6 +205,7 @@ subtest 'a poisoned object dies, though its state was answered before' => sub {
     my $candidates = candidates(30);
     my $first = usage(30);
     my $expected = round($first, $candidates, 1);
+    server_call(usage(2), 'list_nodes');    # a short run: the next batch is due at FIRST_CHUNK entries
     my $twin = usage(30);
     my $third = usage(30);    # its adds make a batch due: the twin's and its own, too large
     $first->score_nodes_to_start_service({ maxcpu => 1, maxmem => GiB });    # a call: the refusal is read

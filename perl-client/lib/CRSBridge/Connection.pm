@@ -27,7 +27,17 @@ use CRSBridge::Process;
 # own costs a write, a request and a wake-up on each side, which a few dozen adds of overlap do
 # not pay for: a round of fewer than FIRST_CHUNK mutations goes in one write with its first query
 # (3 x 30: p50 5 % lower on average over four runs with 64 than with 16; 4 x 300, 8 x 500 alike).
-use constant { FIRST_CHUNK => 64, CHUNK => 250 };
+# The last chunk, though, goes with the query, which waits while the server applies it: up to
+# CHUNK. So when the last run (the entries journaled between two calls, if any) had at least
+# FIRST_CHUNK, as an HA round's adds have, the same count round after round, the next run goes
+# in chunks of TAIL_SHARE of the entries that run says are still to come (up to CHUNK), each 0.4
+# times the last: the server applies one (1 us an add) while Perl builds the next (2.5 us an
+# add). Once a chunk would be fewer than TAIL_CHUNK, the rest goes with the query (4 x 300: 181,
+# 72, and 48 with the query; before, 64, 128 and 112), and a run longer than the last grows its
+# chunks as above. Few chunks: each write cost a round's adds 10 to 40 us here (more on a busy
+# machine), and halving the rest instead (64, 119, 59, 32, and 27 with the query) gained less,
+# and lost on a busy machine.
+use constant { FIRST_CHUNK => 64, CHUNK => 250, TAIL_CHUNK => 32, TAIL_SHARE => 0.6 };
 # Most journal entries in one scheduler.apply (a replay of a longer journal takes several).
 use constant APPLY_MAX => 10000;
 # Most answers remembered for one journal (see query): a round asks a few.
@@ -38,6 +48,8 @@ my %LIVE;          # object id -> state of every live scheduler object of this p
 my $SERVERS = 0;   # servers started so far, to tell a handle's server apart from the current one
 my $PENDING = 0;    # journal entries not yet queued to the server, over all objects
 my $DUE = FIRST_CHUNK;    # ... and how many make a flush due (see journal_room)
+my $RUN = 0;         # entries journaled since the last call's flush: the current run's so far
+my $EXPECTED = 0;    # entries of the last run if it had at least FIRST_CHUNK, else 0
 # The last answer read for a call or given from memory (a reference to the line as the server
 # wrote it), for CRSBridge::Recorder, which records answers bit for bit.
 our $ANSWER;
@@ -107,8 +119,8 @@ C<scheduler.apply> entry per mutation, the JSON text C<[method, args...]>; read 
 C<journal_entries>), C<sent> (journal entries already queued to the current server), C<unborn>
 (its C<scheduler.new> not yet sent, see C<create>), C<poison> (set when the server refused a
 buffered mutation or its creation: see C<usable>), C<dead>. The journal's flush policy
-(C<FIRST_CHUNK>, C<CHUNK>) is this module's too: a caller that collects entries asks
-C<journal_room> how many it may hold.
+(C<FIRST_CHUNK>, C<CHUNK>, C<TAIL_CHUNK>, C<TAIL_SHARE>) is this module's too: a caller that
+collects entries asks C<journal_room> how many it may hold.
 
 =head1 METHODS
 
@@ -251,7 +263,7 @@ sub journal_many {
     my $jf = $st->{jf};
     push @{ $self->{dirty} }, $st if $st->{sent} == @$jf;
     push @$jf, splice @$entries;
-    $PENDING += $count;
+    ($PENDING, $RUN) = ($PENDING + $count, $RUN + $count);
     instance()->_flush_quietly if $PENDING >= $DUE && !$hold;
     return;
 }
@@ -607,11 +619,11 @@ sub _restore {
 # Queue all unsent journal entries (one scheduler.apply per object, after the object's
 # scheduler.new if it is unborn, see create) and frees as one batch; answers are checked as
 # they come. With $hold, the batch waits in the buffer for the request queued next (a call's
-# flush: the next flush is due at FIRST_CHUNK entries; else at twice this one's, up to CHUNK).
+# flush, which ends a run); see _next_due for when the next flush is due.
 sub _flush {
     my ($self, $hold) = @_;
+    $DUE = _next_due($hold);
     $PENDING = 0;
-    $DUE = $hold ? FIRST_CHUNK : $DUE * 2 < CHUNK ? $DUE * 2 : CHUNK;
     # (Most queries of a round find nothing to send: they come before the request they go with.)
     return if !$self->{proc} || !@{ $self->{dirty} } && !@{ $self->{frees} };
     my $srv = $self->{srv};
@@ -649,6 +661,21 @@ sub _flush {
     $self->{next_id} = $id;
     $self->{proc}->queue($line, $hold);
     return;
+}
+
+# How many entries make the flush after this one due (see FIRST_CHUNK and TAIL_CHUNK): at a
+# call's flush ($hold), which ends a run (unless it was empty), FIRST_CHUNK; else twice as many
+# as this one's, up to CHUNK; but TAIL_SHARE of what the last run says is still to come, up to
+# CHUNK, unless that is fewer than TAIL_CHUNK.
+sub _next_due {
+    my ($hold) = @_;
+    my $due = $DUE * 2 < CHUNK ? $DUE * 2 : CHUNK;
+    if ($hold) {
+        $EXPECTED = $RUN >= FIRST_CHUNK ? $RUN : 0 if $RUN;
+        ($RUN, $due) = (0, FIRST_CHUNK);
+    }
+    my $share = POSIX::ceil(TAIL_SHARE * ($EXPECTED - $RUN));
+    return $share < TAIL_CHUNK ? $due : $share < CHUNK ? $share : CHUNK;
 }
 
 # A flush from mutate: a dead server must not fail the mutation (the next call notices it,
