@@ -4,24 +4,31 @@ An HA round asks the same of every round's new scheduler: after
 ``scheduler.calculate_node_imbalance`` comes ``scheduler.score_best_balancing_migration_candidates``
 on the same handle, with the same candidates as last round (the same guests on the same nodes).
 The client renders those candidates once it has the imbalance (0.16 ms at 4 nodes x 300 guests,
-JSON::PP), and the server used to wait for them; with foresight it scores them meanwhile (0.4 ms)
-and, when they arrive, compares them (15 us) and answers. What pays for it: a 4 x 300 round whose
-usage changed took 0.88-0.91 times as long (dynamic 1.87 -> 1.71 ms, static 1.68 -> 1.50; 8 x 500
-0.88; ``benchmarks/ha_round_sizes.pl`` against the tree before). The cost: when the candidates
-changed (a guest moved), the wrong guess delays their scoring by up to its 0.4 ms.
+JSON::PP), and the server used to wait for them; with foresight it scores them meanwhile (0.3 ms)
+and, when they arrive, compares their bytes with the ones it guessed and answers: 51 us in
+process at 4 x 300, against 420 to compute the call. What pays for it: a 4 x 300 round whose usage
+changed took 0.88-0.91 times as long (``benchmarks/ha_round_sizes.pl`` against the tree before);
+comparing bytes rather than decoded params took the reused call from 112 to 51 us. The cost: when
+the candidates changed (a guest moved), the wrong guess delays their scoring by up to its 0.4 ms.
 
 What it assumes, and why the answers stay the same byte for byte:
 
-* A one-step predictor: per method, the query that followed its last call on the same handle
-  (method, and params apart from the handle as the strict decoder gave them). A call followed by
-  anything else forgets what followed it.
+* A one-step predictor: per method, the query that followed its last call on the same handle (its
+  method, and the message that carried it). A call followed by anything else forgets what
+  followed it.
+* The guess is a request: the query's params JSON as it came, with the handle's string replaced by
+  the handle of the last call (when the params are a JSON object holding the handle's member
+  once; otherwise there is no guess), decoded as the protocol decodes a request, and computed as
+  the protocol computes a call. The same method with the same params bytes on the same state gives
+  the same answer: that is the whole argument. How the bytes were made only decides how often a
+  guess is used.
 * It guesses only the read-only queries of :data:`FORESEEABLE`, only from a message of at most
   :data:`FORESEE_UP_TO` bytes (a wrong guess delays the next request by the time it took), never on
   a handle with candidates staged (a call would drop them), and holds one answer at most.
-* The held answer serves the next call only, when that call is the guessed query: the same method
-  on the same handle, params of the same struct whose JSON is the same bytes apart from the handle.
-  Any other call drops it, so nothing can change the scheduler between the guess and its use (no
-  version to keep). The reply is made from it as from a computed result (the same id, batch place).
+* The held answer serves the next message only, when that message is one request of the guessed
+  method whose params are the guessed bytes (its envelope taken as any request's); any call drops
+  it, so nothing can change the scheduler between the guess and its use. The reply is made from
+  it as from a computed result, through the same dispatch (the same id, the same form).
 * A guess that raises is dropped: the real call then raises the same error and answers it.
 * A guess changes no state: scoring only reads the scheduler; the usage's cache of node views it
   fills is the one the real call fills, for the same state (and any change clears it).
@@ -34,10 +41,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+import orjson
 
 from . import phases
 from .registry import MethodSpec
 from .schedulers import State
+from .wire import REFUSED, MessageDecoder
 
 #: The queries a guess may compute: they read a scheduler and change nothing.
 FORESEEABLE = frozenset(
@@ -55,55 +64,103 @@ FORESEEABLE = frozenset(
 #: (4 x 300's candidates, 24 KB: 0.4 ms); 48 x 10000's (MBs, 100 ms and more) are never guessed.
 FORESEE_UP_TO = 64 << 10
 
+#: How a handle's member starts in params sent by name.
+_HANDLE_MEMBER = b'"scheduler":'
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True)
 class Query:
-    """A foreseeable call apart from its handle: the method, the params' struct ``kind`` and their
-    JSON with the handle blank (``key``); ``template``, those params, to guess the call again."""
+    """A foreseeable call as it came: its method, its scheduler ``handle`` and the ``message`` that
+    carried it (one request, or a batch: then it is not guessed)."""
 
     spec: MethodSpec
-    kind: type
-    key: bytes
-    template: Any = field(compare=False)
+    handle: str
+    message: bytes
+    #: The params' JSON before and after the handle's string, once read (None: not read yet;
+    #: False: they cannot be told, as in a batch, or params by position).
+    around: tuple[bytes, bytes] | bool | None = field(default=None)
 
-    @classmethod
-    def of(cls, spec: MethodSpec, params: Any) -> Query:
-        template = msgspec.structs.replace(params, scheduler="")
-        return cls(spec, type(params), msgspec.json.encode(template), template)
+    def params_on(self, handle: str, requests: msgspec.json.Decoder) -> bytes | None:
+        """The params' JSON as they came, on ``handle`` instead of their own (``requests``: the
+        decoder of the method's requests with their params as JSON); None if they cannot be told."""
+        if self.around is None:
+            self.around = self._around(requests)
+        if not self.around:
+            return None
+        before, after = self.around
+        return before + orjson.dumps(handle) + after
+
+    def _around(self, requests: msgspec.json.Decoder) -> tuple[bytes, bytes] | bool:
+        try:
+            params = requests.decode(self.message).params
+        except REFUSED:
+            return False
+        member = _HANDLE_MEMBER + orjson.dumps(self.handle)
+        text = b"" if params is msgspec.UNSET else b"" + params
+        if text.count(member) != 1:
+            return False
+        at = text.index(member) + len(_HANDLE_MEMBER)
+        return text[:at], text[at + len(member) - len(_HANDLE_MEMBER) :]
 
 
 @dataclass(frozen=True, slots=True)
 class Foreseen:
-    """The ``result`` of ``query`` on the scheduler ``handle``."""
+    """The ``result`` of ``query``'s method with the JSON ``params`` (``query``'s on ``handle``)."""
 
     query: Query
     handle: str
+    params: bytes
     result: Any
 
 
 class Foresight:
     """The predictor and the answer it holds, for :class:`bridge.protocol.Protocol`: it tells
-    :meth:`recall` of every call before the call runs, and calls :meth:`foresee` when the server
-    would wait. ``call(spec, params)`` runs a call as the protocol does (raising its errors)."""
+    :meth:`request` of every message (it sets :attr:`message` first) and :meth:`recall` of every
+    call before the call runs, and calls :meth:`foresee` when the server would wait. ``call(spec,
+    params)`` runs a call as the protocol does (raising its errors); ``messages`` is its decoder."""
 
-    def __init__(self, state: State, call: Callable[[MethodSpec, Any], Any]) -> None:
+    def __init__(self, state: State, call: Callable[[MethodSpec, Any], Any], messages: MessageDecoder) -> None:
         self._state = state
         self._call = call
+        self._messages = messages
         #: Method -> the query that followed its last call, on the same handle.
         self._next: dict[str, Query] = {}
         #: The last call's method and handle (None: not a scheduler's, or not a struct's).
         self._last: tuple[str, str | None] | None = None
         self._guessed = True  # whether foresee() came since the last call
         self._held: Foreseen | None = None
-        #: Size (bytes) of the message being answered; the protocol sets it.
-        self.message_bytes = 0
+        self._matched: Any = None  # the params (a Raw) of the request :meth:`request` matched
+        #: The message being answered; the protocol sets it.
+        self.message = b""
+
+    def request(self, message: bytes) -> Any:
+        """``message`` as a request struct, its params as JSON, if it is the held answer's query:
+        one request of its method whose params are the guessed JSON byte for byte (so they decode to
+        the guessed params); else None (the message is then decoded as any other)."""
+        held = self._held
+        if held is None:
+            return None
+        try:
+            request = self._messages.as_sent(held.query.spec.name).decode(message)
+        except REFUSED:
+            return None
+        if request.params is msgspec.UNSET or b"" + request.params != held.params:
+            return None
+        self._matched = request.params
+        return request
 
     def recall(self, spec: MethodSpec, params: Any) -> Foreseen | None:
         """Note a call of ``spec`` with ``params`` (as decoded, before any check) and return the
-        answer held for it, if any; the held answer is dropped either way."""
+        answer held for it: when its params are those :meth:`request` matched. The held answer
+        is dropped either way."""
         held, self._held = self._held, None
-        handle = params.scheduler if spec.stateful and isinstance(params, msgspec.Struct) else None
-        query = self._query(spec, params) if handle is not None else None
+        matched, self._matched = self._matched, None
+        if held is not None and params is matched:
+            handle, query = held.handle, held.query
+        else:
+            held = None
+            handle = params.scheduler if spec.stateful and isinstance(params, msgspec.Struct) else None
+            query = self._query(spec, handle)
         if self._last is not None:
             method, last_handle = self._last
             if query is not None and handle == last_handle:
@@ -111,16 +168,14 @@ class Foresight:
             else:
                 self._next.pop(method, None)
         self._last, self._guessed = (spec.name, handle), False
-        if held is None or held.handle != handle or held.query != query:
-            return None
-        if phases.timing:
+        if held is not None and phases.timing:
             phases.mark("foreseen")
         return held
 
-    def _query(self, spec: MethodSpec, params: Any) -> Query | None:
-        if spec.name not in FORESEEABLE or self.message_bytes > FORESEE_UP_TO:
+    def _query(self, spec: MethodSpec, handle: Any) -> Query | None:
+        if spec.name not in FORESEEABLE or not isinstance(handle, str) or len(self.message) > FORESEE_UP_TO:
             return None
-        return Query.of(spec, params)
+        return Query(spec, handle, self.message)
 
     def foresee(self) -> None:
         """Compute and hold the answer to the query expected after the last call, if one is
@@ -132,8 +187,17 @@ class Foresight:
         query = self._next.get(method)
         if query is None or handle is None or handle in self._state.staged:
             return
+        name = query.spec.name
+        params = query.params_on(handle, self._messages.as_sent(name))
+        if params is None:
+            return
+        # The request the client is expected to send, decoded as the protocol would decode it.
+        message = b'{"jsonrpc":"2.0","method":' + orjson.dumps(name) + b',"params":' + params + b"}"
+        request = self._messages.decode(message, self._state.limits.max_json_depth)
+        if not isinstance(request, msgspec.Struct):
+            return
         try:
-            result = self._call(query.spec, msgspec.structs.replace(query.template, scheduler=handle))
+            result = self._call(query.spec, request.params)
         except Exception:  # the real call, should it come, answers the error
             return
-        self._held = Foreseen(query, handle, result)
+        self._held = Foreseen(query, handle, params, result)

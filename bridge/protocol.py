@@ -276,7 +276,7 @@ class Protocol:
         }
         self._messages = MessageDecoder({spec.name: self._kinds(spec) for spec in state.methods.values()})
         self._decoded: Any = None
-        self._foresight = Foresight(state, self._call) if foresight else None
+        self._foresight = Foresight(state, self._call, self._messages) if foresight else None
 
     def _kinds(self, spec: MethodSpec) -> list[Any]:
         models = dict.fromkeys(variant.params for variant in spec.variants.values())
@@ -288,10 +288,13 @@ class Protocol:
         The decoded message is kept until :meth:`release` (or the next message): freeing the
         objects of a big request takes tens of ms, better spent after its answer is sent.
         """
-        if self._foresight is not None:
-            self._foresight.message_bytes = len(message)
         max_depth = self.state.limits.max_json_depth
-        self._decoded = decoded = self._messages.decode(message, max_depth)
+        if self._foresight is not None:
+            self._foresight.message = message
+            decoded = self._foresight.request(message)  # the query answered ahead of time, if it is
+        if self._foresight is None or decoded is None:
+            decoded = self._messages.decode(message, max_depth)
+        self._decoded = decoded
         if decoded is None:
             try:
                 self._decoded = decoded = _with_exact_integers(message, decode_json(message, max_depth))

@@ -381,6 +381,7 @@ class MessageDecoder:
         self._decoders = [msgspec.json.Decoder(list[request] | request) for request in requests]
         self._requests = [msgspec.json.Decoder(request) for request in requests]
         self._batch = msgspec.json.Decoder(list[msgspec.Raw])
+        self._as_sent: dict[str, msgspec.json.Decoder] = {}
         #: The deepest valid message (a batch of the deepest request).
         self.depth = 1 + max(map(depth, requests))
 
@@ -393,6 +394,14 @@ class MessageDecoder:
         request = _defstruct("Request", fields, tag_field="method", tag=name, forbid_unknown_fields=True)
         self.methods[request] = name
         return request
+
+    def as_sent(self, method: str) -> msgspec.json.Decoder:
+        """The decoder of one request of ``method`` whose params stay JSON text (a Raw), its
+        envelope as :meth:`decode` takes it (its struct is one of :attr:`methods`)."""
+        decoder = self._as_sent.get(method)
+        if decoder is None:
+            decoder = self._as_sent[method] = msgspec.json.Decoder(self._request(method, msgspec.Raw))
+        return decoder
 
     def decode(self, message: bytes, max_depth: int) -> Any:
         """The request or batch in ``message`` as structs; None if the strict decoder refuses it,

@@ -201,6 +201,41 @@ def test_a_guess_serves_only_the_next_call_if_it_is_the_guessed_query(expansions
     assert len(expansions) == expected_computations  # by both protocols
 
 
+def score_message(handle: str, **envelope) -> bytes:
+    """The round's scoring request as the client sends it (compact JSON, members in model order)."""
+    params = {"scheduler": handle, "candidates": candidates(), "limit": 1}
+    return orjson.dumps({"jsonrpc": "2.0", "id": 7, "method": SCORE, "params": params, **envelope})
+
+
+#: The round's scoring request sent otherwise than the guess expects it, and how many times the
+#: candidates are then expanded by the two protocols: 1 when the guess answers it (only the
+#: protocol without foresight computes), 2 when both compute it, 0 when both refuse the request.
+#: Only one request whose params are the guessed bytes is answered from the guess.
+SENT_OTHERWISE = {
+    "a string id": (lambda m: m.replace(b'"id":7', b'"id":"seven"'), 1),
+    "as a notification": (lambda m: m.replace(b'"id":7,', b""), 1),
+    "spaces in the params": (lambda m: m.replace(b'"limit":1', b'"limit": 1'), 2),
+    "members in another order": (
+        lambda m: m.replace(b'"scheduler":"c2",', b"").replace(b'"limit":1', b'"limit":1,"scheduler":"c2"'),
+        2,
+    ),
+    "the handle escaped": (lambda m: m.replace(b'"scheduler":"c2"', b'"scheduler":"\\u00632"'), 2),
+    "in a batch of one": (lambda m: b"[" + m + b"]", 2),
+    "an unknown envelope member": (lambda m: m.replace(b'"id":7', b'"id":7,"extra":1'), 0),
+}
+
+
+@pytest.mark.parametrize(("change", "computed"), SENT_OTHERWISE.values(), ids=SENT_OTHERWISE)
+def test_only_the_guessed_bytes_are_answered_from_the_guess(expansions, change, computed):
+    pair = Pair()
+    pair.round("c1", 0.0)
+    pair.prepare("c2", 0.5)
+    assert expansions[-1] is pair.foreseeing.state.schedulers["c2"]  # the guess was made
+    guessed = len(expansions)
+    pair.send(change(score_message("c2")))  # answered as without foresight (Pair checks)
+    assert len(expansions) == guessed + computed
+
+
 def test_a_message_that_is_no_call_keeps_the_guess(expansions):
     pair = Pair()
     pair.round("c1", 0.0)
