@@ -214,6 +214,9 @@ def _added_in_place(usage: Any, mode: str, runs: list) -> bool:
     except (SchedulingError, InvalidInputError):
         usage.take_back_adds(mark)
         return False
+    except BaseException:  # no memory left, a bug: the call fails, and must change nothing either
+        usage.take_back_adds(mark)
+        raise
     return True
 
 

@@ -227,7 +227,7 @@ def _dense_squares(
     values: np.ndarray, a: np.ndarray, va: np.ndarray, b: np.ndarray, vb: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     new = replaced(values, a, va, b, vb)
-    maxima = new.max(axis=0)
+    maxima = new.max(axis=0) if len(values) else np.zeros(0)  # no nodes, so no rows (max of nothing raises)
     new *= new
     return column_sums(new), maxima
 

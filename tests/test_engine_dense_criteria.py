@@ -111,3 +111,15 @@ SUMS = st.sampled_from([0.0, 1.0, 1.0 + 2**-52, 1.0 + 2**-50, 2.0, math.inf]) | 
 @given(st.lists(SUMS, max_size=30), st.integers(1, 64))
 def test_tied_sums_match_plain_python(sums, n):
     assert bits(tied_sums(np.array(sums, dtype=np.float64), n)) == bits(groups_by_hand(sums, n))
+
+
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+def test_an_empty_batch_on_no_nodes_has_empty_criteria(mode):
+    """A scheduler without nodes expands no candidates: its criteria are no rows, and TOPSIS
+    orders none (as the running sums gave them), no error of a maximum over nothing."""
+    from crs_bridge.core.scheduler import topsis_criteria, topsis_order
+    from crs_bridge.core.whatif import what_if
+
+    w = what_if(core.new_scheduler(mode).candidate_batch([]))
+    assert topsis_criteria(w).shape == (0, 4)
+    assert topsis_order(w).tolist() == []

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from crs_bridge.bridge import models as m
+from crs_bridge.bridge import wire
 from crs_bridge.bridge.errors import MutationError
 from crs_bridge.bridge.schedulers import MUTATORS, apply
 from crs_bridge.bridge.wire import ParamsDecoder
@@ -143,3 +145,49 @@ def test_batches_of_adds_give_what_the_adds_one_by_one_give(session):
     """Batches of adds only go to the usage itself: one that fails midway must leave it as it was."""
     mode, batches = session
     assert applied(mode, batches) == one_by_one(mode, batches)
+
+
+def node_entry(mode: str, name: str) -> list:
+    if mode == "static":
+        return ["add_node", name, 8, 32 * GiB]
+    return ["add_node", name, {"cpu": 1.0, "maxcpu": 8, "mem": GiB, "maxmem": 32 * GiB}]
+
+
+def add_entry(mode: str, sid: str, current: str, target: str | None = None) -> list:
+    if mode == "static":
+        add, stats = "add_service", {"maxcpu": 1.0, "maxmem": GiB}
+    else:
+        add, stats = "add_resource", {"cpu": 0.5, "maxcpu": 1.0, "mem": GiB, "maxmem": GiB}
+    record = {"stats": stats, "running": True, "current-node": current}
+    return [add, sid, record if target is None else {**record, "target-node": target}]
+
+
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+@pytest.mark.parametrize("failure", [MemoryError, RuntimeError])
+def test_a_batch_of_adds_failing_unexpectedly_midway_changes_nothing(monkeypatch, mode, failure):
+    """Adds go to the usage itself: a failure that is no engine error (no memory left, a bug) must
+    leave it as it was, as the copy they once ran on did, before the failure goes on up."""
+    scheduler = new_scheduler(mode)
+    apply(scheduler, mode, typed(mode, [node_entry(mode, "n1"), node_entry(mode, "n2"), add_entry(mode, "vm:1", "n1")]))
+    batch = [
+        add_entry(mode, "vm:2", "n1"),
+        add_entry(mode, "vm:3", "n2", "n1"),
+        node_entry(mode, "n3"),
+        add_entry(mode, "vm:4", "n3"),
+        add_entry(mode, "vm:5", "n2"),
+    ]
+    before, totals = state(scheduler), [n.maxmem_total for n in scheduler.usage._nodes.values()]
+    placed_as_given, calls = wire.placed, []
+
+    def placed_failing_at_the_fourth(record):
+        calls.append(record)
+        if len(calls) == 4:
+            raise failure("injected")
+        return placed_as_given(record)
+
+    monkeypatch.setattr(wire, "placed", placed_failing_at_the_fourth)
+    with pytest.raises(failure):
+        apply(scheduler, mode, typed(mode, batch))
+    assert len(calls) == 4  # vm:2, vm:3 and n3 were added before it
+    assert state(scheduler) == before
+    assert [n.maxmem_total for n in scheduler.usage._nodes.values()] == totals
