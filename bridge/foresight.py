@@ -60,8 +60,10 @@ FORESEEABLE = frozenset(
     )
 )
 
-#: Largest message (bytes) whose query is guessed again: a guess then takes about 1 ms at most
-#: (4 x 300's candidates, 24 KB: 0.4 ms); 48 x 10000's (MBs, 100 ms and more) are never guessed.
+#: Largest message (bytes) whose query is guessed again (4 x 300's candidates, 24 KB, guessed in
+#: 0.3 ms; 48 x 10000's, MBs and 100 ms, never). This caps the candidates, not the cluster: a query
+#: of this size on many nodes takes longer (1.5-2.7 ms on 48 x 10000, 3-10 ms on 1000 nodes), and a
+#: wrong guess delays the next request by that much, once: the time of a query the client sent.
 FORESEE_UP_TO = 64 << 10
 
 #: How a handle's member starts in params sent by name.
