@@ -4,12 +4,15 @@ An HA round asks the same of every round's new scheduler: after
 ``scheduler.calculate_node_imbalance`` comes ``scheduler.score_best_balancing_migration_candidates``
 on the same handle, with the same candidates as last round (the same guests on the same nodes).
 The client renders those candidates once it has the imbalance (0.16 ms at 4 nodes x 300 guests,
-JSON::PP), and the server used to wait for them; with foresight it scores them meanwhile (0.3 ms)
-and, when they arrive, compares their bytes with the ones it guessed and answers: 51 us in
-process at 4 x 300, against 420 to compute the call. What pays for it: a 4 x 300 round whose usage
-changed took 0.88-0.91 times as long (``benchmarks/ha_round_sizes.pl`` against the tree before);
-comparing bytes rather than decoded params took the reused call from 112 to 51 us. The cost: when
-the candidates changed (a guest moved), the wrong guess delays their scoring by up to its 0.4 ms.
+JSON::PP), and the server used to wait for them; with foresight it scores them meanwhile (0.2 ms in
+the running server) and, when they arrive, compares their bytes with the ones it guessed and
+answers: 45 us in process at 4 x 300, against 420 to compute the call. What pays for it: a 4 x 300
+round whose usage changed took 0.88-0.91 times as long (``benchmarks/ha_round_sizes.pl`` against
+the tree before); comparing bytes rather than decoded params took the reused call from 112 to 51 us,
+and guessing on the params as decoded when they came, rather than decoding the guessed bytes, took
+a guess from 340 to 216 us, so that the request mostly finds its answer ready (the round's scoring
+phase 0.39 -> 0.29 ms). The cost: when the candidates changed (a guest moved), the wrong guess
+delays their scoring by up to its 0.2-0.4 ms.
 
 What it assumes, and why the answers stay the same byte for byte:
 
@@ -18,10 +21,9 @@ What it assumes, and why the answers stay the same byte for byte:
   followed it.
 * The guess is a request: the query's params JSON as it came, with the handle's string replaced by
   the handle of the last call (when the params are a JSON object holding the handle's member
-  once; otherwise there is no guess), decoded as the protocol decodes a request, and computed as
-  the protocol computes a call. The same method with the same params bytes on the same state gives
-  the same answer: that is the whole argument. How the bytes were made only decides how often a
-  guess is used.
+  once; otherwise there is no guess). Its params are the query's as the strict decoder gave them,
+  on the new handle: the handle's string is the one token that differs (:meth:`Query.params_on`).
+  The same method with the same params on the same state gives the same answer.
 * It guesses only the read-only queries of :data:`FORESEEABLE`, only from a message of at most
   :data:`FORESEE_UP_TO` bytes (a wrong guess delays the next request by the time it took), never on
   a handle with candidates staged (a call would drop them), and holds one answer at most.
@@ -72,11 +74,14 @@ _HANDLE_MEMBER = b'"scheduler":'
 
 @dataclass(slots=True)
 class Query:
-    """A foreseeable call as it came: its method, its scheduler ``handle`` and the ``message`` that
-    carried it (one request, or a batch: then it is not guessed)."""
+    """A foreseeable call as it came: its method, its scheduler ``handle``, its ``params`` as the
+    strict decoder gave them (the call's checks then turn their candidates into columns, which the
+    engine only reads) and the ``message`` that carried it (one request, or a batch: then it is not
+    guessed)."""
 
     spec: MethodSpec
     handle: str
+    params: Any
     message: bytes
     #: The params' JSON before and after the handle's string, once read (None: not read yet;
     #: False: they cannot be told, as in a batch, or params by position).
@@ -84,7 +89,11 @@ class Query:
 
     def params_on(self, handle: str, requests: msgspec.json.Decoder) -> bytes | None:
         """The params' JSON as they came, on ``handle`` instead of their own (``requests``: the
-        decoder of the method's requests with their params as JSON); None if they cannot be told."""
+        decoder of the method's requests with their params as JSON); None if they cannot be told.
+
+        They decode to :attr:`params` on ``handle``: the handle's string is the one token that
+        differs, as its member is found once in an object the strict decoder took, whose records
+        take no key but their own fields (so no other key, and no string, holds these bytes)."""
         if self.around is None:
             self.around = self._around(requests)
         if not self.around:
@@ -99,7 +108,7 @@ class Query:
             return False
         member = _HANDLE_MEMBER + orjson.dumps(self.handle)
         text = b"" if params is msgspec.UNSET else b"" + params
-        if text.count(member) != 1:
+        if text[:1] != b"{" or text.count(member) != 1:
             return False
         at = text.index(member) + len(_HANDLE_MEMBER)
         return text[:at], text[at + len(member) - len(_HANDLE_MEMBER) :]
@@ -162,7 +171,7 @@ class Foresight:
         else:
             held = None
             handle = params.scheduler if spec.stateful and isinstance(params, msgspec.Struct) else None
-            query = self._query(spec, handle)
+            query = self._query(spec, handle, params)
         if self._last is not None:
             method, last_handle = self._last
             if query is not None and handle == last_handle:
@@ -174,10 +183,10 @@ class Foresight:
             phases.mark("foreseen")
         return held
 
-    def _query(self, spec: MethodSpec, handle: Any) -> Query | None:
+    def _query(self, spec: MethodSpec, handle: Any, params: Any) -> Query | None:
         if spec.name not in FORESEEABLE or not isinstance(handle, str) or len(self.message) > FORESEE_UP_TO:
             return None
-        return Query(spec, handle, self.message)
+        return Query(spec, handle, params, self.message)
 
     def foresee(self) -> None:
         """Compute and hold the answer to the query expected after the last call, if one is
@@ -193,13 +202,8 @@ class Foresight:
         params = query.params_on(handle, self._messages.as_sent(name))
         if params is None:
             return
-        # The request the client is expected to send, decoded as the protocol would decode it.
-        message = b'{"jsonrpc":"2.0","method":' + orjson.dumps(name) + b',"params":' + params + b"}"
-        request = self._messages.decode(message, self._state.limits.max_json_depth)
-        if not isinstance(request, msgspec.Struct):
-            return
         try:
-            result = self._call(query.spec, request.params)
+            result = self._call(query.spec, msgspec.structs.replace(query.params, scheduler=handle))
         except Exception:  # the real call, should it come, answers the error
             return
         self._held = Foreseen(query, handle, params, result)

@@ -11,9 +11,10 @@ fed the same messages.
 
 from __future__ import annotations
 
+import msgspec
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from crs_bridge.bridge import foresight, phases
@@ -234,6 +235,36 @@ def test_only_the_guessed_bytes_are_answered_from_the_guess(expansions, change, 
     guessed = len(expansions)
     pair.send(change(score_message("c2")))  # answered as without foresight (Pair checks)
     assert len(expansions) == guessed + computed
+
+
+#: Names that try to look like a handle's member inside the params.
+TRICKY = st.sampled_from(["c1", "scheduler", '"scheduler":"c1"', 'x\\"', "\u00e9", "\x00", "c1\\"])
+
+
+@given(
+    old=st.one_of(TRICKY, st.text(max_size=6)),
+    new=st.one_of(TRICKY, st.text(max_size=6)),
+    sids=st.lists(st.one_of(TRICKY, st.text(min_size=1, max_size=6)), min_size=1, max_size=4),
+)
+def test_the_guessed_bytes_decode_to_the_params_as_they_came_on_the_new_handle(old, new, sids):
+    protocol = Protocol(State(), foresight=True)
+    messages = protocol._messages  # the protocol's own decoder, as the guess uses it
+    bundles = [{"leader": sid, "resources": [sid], "nodes": [old, "scheduler"]} for sid in sids]
+    params = {"scheduler": old, "candidates": bundles, "limit": 1}
+    message = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": SCORE, "params": params})
+    spec = protocol.state.methods[SCORE]
+    first = messages.decode(message, 64)
+    assume(first is not None)  # a handle the strict decoder refuses (empty, say) is never guessed on
+    query = foresight.Query(spec, old, first.params, message)
+    guessed = query.params_on(new, messages.as_sent(SCORE))
+    if guessed is None:  # the handle's member is not found once: no guess
+        assert message.count(b'"scheduler":' + orjson.dumps(old)) != 1
+        return
+    sent = orjson.dumps({"jsonrpc": "2.0", "id": 2, "method": SCORE, "params": {**params, "scheduler": new}})
+    assert b"" + messages.as_sent(SCORE).decode(sent).params == guessed  # the client's bytes, as a client renders them
+    as_decoded = messages.decode(sent, 64)
+    assume(as_decoded is not None)  # the guess's handle is the last call's, which the strict decoder took
+    assert as_decoded.params == msgspec.structs.replace(query.params, scheduler=new)
 
 
 def test_a_message_that_is_no_call_keeps_the_guess(expansions):
