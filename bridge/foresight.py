@@ -72,6 +72,16 @@ FORESEE_UP_TO = 64 << 10
 _HANDLE_MEMBER = b'"scheduler":'
 
 
+class _Handle(msgspec.Struct):
+    """The handle of params sent by name, as the strict decoder keeps it (of a member written more
+    than once, the last; any other member skipped)."""
+
+    scheduler: Any = None
+
+
+_KEPT_HANDLE = msgspec.json.Decoder(_Handle)
+
+
 @dataclass(slots=True)
 class Query:
     """A foreseeable call as it came: its method, its scheduler ``handle``, its ``params`` as the
@@ -93,7 +103,8 @@ class Query:
 
         They decode to :attr:`params` on ``handle``: the handle's string is the one token that
         differs, as its member is found once in an object the strict decoder took, whose records
-        take no key but their own fields (so no other key, and no string, holds these bytes)."""
+        take no key but their own fields (so no other key, and no string, holds these bytes), and
+        it is the member the decoder keeps (none written otherwise overrides it)."""
         if self.around is None:
             self.around = self._around(requests)
         if not self.around:
@@ -111,7 +122,12 @@ class Query:
         if text[:1] != b"{" or text.count(member) != 1:
             return False
         at = text.index(member) + len(_HANDLE_MEMBER)
-        return text[:at], text[at + len(member) - len(_HANDLE_MEMBER) :]
+        before, after = text[:at], text[at + len(member) - len(_HANDLE_MEMBER) :]
+        # The member found must be the one the decoder keeps, not one a later one overrides (the
+        # same handle written otherwise: spaced, escaped): null in its place must be what it keeps.
+        if _KEPT_HANDLE.decode(before + b"null" + after).scheduler is not None:
+            return False
+        return before, after
 
 
 @dataclass(frozen=True, slots=True)
