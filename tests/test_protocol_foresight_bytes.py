@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from crs_bridge.bridge.protocol import Protocol
 from crs_bridge.bridge.schedulers import State
+from crs_bridge.client import BridgeClient
 from tests.test_protocol_foresight import IMBALANCE, SCORE, candidates, usage
 
 #: Handles, among them names that need escapes and names of nodes and guests.
@@ -154,3 +155,26 @@ def test_requests_written_any_way_are_answered_as_without_foresight(data):
             assert foreseeing.handle(text) == reference.handle(text), text[:300]
             if idle:
                 foreseeing.foresee()
+
+
+def test_the_server_answers_requests_written_otherwise_as_without_foresight():
+    """The real server, in lockstep (it waits, and may guess, after each answer): rounds on two
+    handles whose query names its handle, then the other one spaced (the decoder keeps the later)."""
+    reference = Protocol(State())
+    with BridgeClient([]) as client:
+
+        def send(message: bytes) -> None:
+            client.send_raw(message)
+            assert client.read_raw()[1] == reference.handle(message), message[:200]
+
+        for number, handle in enumerate(["a", "b"] * 3):
+            calls = [
+                ("scheduler.free", {"scheduler": handle}),
+                ("scheduler.new", {"mode": "dynamic", "scheduler": handle}),
+                ("scheduler.apply", {"scheduler": handle, "mutations": usage(0.5 * (number % 2))}),
+                (IMBALANCE, {"scheduler": handle}),
+            ]
+            for method, params in calls[number < 2 :]:  # nothing to free at first
+                send(orjson.dumps({"jsonrpc": "2.0", "id": number, "method": method, "params": params}))
+            send(query_text(SCORE, handle, "twice, the later another spaced", "a", b"1", "plain", b""))
+        assert client.close() == 0
