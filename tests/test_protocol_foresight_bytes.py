@@ -6,10 +6,12 @@ without foresight, byte for byte."""
 
 from __future__ import annotations
 
+import msgspec
 import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from crs_bridge.bridge import foresight
 from crs_bridge.bridge.protocol import Protocol
 from crs_bridge.bridge.schedulers import State
 from crs_bridge.client import BridgeClient
@@ -178,3 +180,22 @@ def test_the_server_answers_requests_written_otherwise_as_without_foresight():
                 send(orjson.dumps({"jsonrpc": "2.0", "id": number, "method": method, "params": params}))
             send(query_text(SCORE, handle, "twice, the later another spaced", "a", b"1", "plain", b""))
         assert client.close() == 0
+
+
+@given(
+    form=st.sampled_from(FORMS),
+    old=st.sampled_from(HANDLES),
+    new=st.sampled_from(HANDLES),
+    other=st.sampled_from(HANDLES),
+)
+def test_the_guessed_bytes_name_the_new_handle_however_the_old_one_was_written(form, old, new, other):
+    protocol = Protocol(State(), foresight=True)
+    messages = protocol._messages
+    message = query_text(SCORE, old, form, other, b"1", "plain", b"")
+    first = messages.decode(message, 64)
+    query = foresight.Query(protocol.state.methods[SCORE], first.params.scheduler, first.params, message)
+    guessed = query.params_on(new, messages.as_sent(SCORE))
+    if guessed is None:
+        return
+    sent = b'{"jsonrpc":"2.0","id":2,"method":"%s","params":%s}' % (SCORE.encode(), guessed)
+    assert messages.decode(sent, 64).params == msgspec.structs.replace(first.params, scheduler=new)
