@@ -21,9 +21,10 @@ What it assumes, and why the answers stay the same byte for byte:
   followed it.
 * The guess is a request: the query's params JSON as it came, with the handle's string replaced by
   the handle of the last call (when the params are a JSON object holding the handle's member
-  once, as the member the decoder keeps; otherwise there is no guess). Its params are the query's as the strict decoder gave them,
-  on the new handle: the handle's string is the one token that differs (:meth:`Query.params_on`).
-  The same method with the same params on the same state gives the same answer.
+  once, as the member the decoder keeps; otherwise there is no guess). Its params are the query's
+  as the strict decoder gave them, on the new handle: the handle's string is the one token that
+  differs (:meth:`Query.params_on`). The same method with the same params on the same state gives
+  the same answer.
 * It guesses only the read-only queries of :data:`FORESEEABLE`, only from a message of at most
   :data:`FORESEE_UP_TO` bytes (a wrong guess delays the next request by the time it took), never on
   a handle with candidates staged (a call would drop them), and holds one answer at most.
