@@ -21,9 +21,10 @@ What it assumes, and why the answers stay the same byte for byte:
   followed it.
 * The guess is a request: the query's params JSON as it came, with the handle's string replaced by
   the handle of the last call (when the params are a JSON object holding the handle's member
-  once; otherwise there is no guess). Its params are the query's as the strict decoder gave them,
-  on the new handle: the handle's string is the one token that differs (:meth:`Query.params_on`).
-  The same method with the same params on the same state gives the same answer.
+  once, as the member the decoder keeps; otherwise there is no guess). Its params are the query's
+  as the strict decoder gave them, on the new handle: the handle's string is the one token that
+  differs (:meth:`Query.params_on`). The same method with the same params on the same state gives
+  the same answer.
 * It guesses only the read-only queries of :data:`FORESEEABLE`, only from a message of at most
   :data:`FORESEE_UP_TO` bytes (a wrong guess delays the next request by the time it took), never on
   a handle with candidates staged (a call would drop them), and holds one answer at most.
@@ -72,6 +73,16 @@ FORESEE_UP_TO = 64 << 10
 _HANDLE_MEMBER = b'"scheduler":'
 
 
+class _Handle(msgspec.Struct):
+    """The handle of params sent by name, as the strict decoder keeps it (of a member written more
+    than once, the last; any other member skipped)."""
+
+    scheduler: Any = None
+
+
+_KEPT_HANDLE = msgspec.json.Decoder(_Handle)
+
+
 @dataclass(slots=True)
 class Query:
     """A foreseeable call as it came: its method, its scheduler ``handle``, its ``params`` as the
@@ -93,7 +104,8 @@ class Query:
 
         They decode to :attr:`params` on ``handle``: the handle's string is the one token that
         differs, as its member is found once in an object the strict decoder took, whose records
-        take no key but their own fields (so no other key, and no string, holds these bytes)."""
+        take no key but their own fields (so no other key, and no string, holds these bytes), and
+        it is the member the decoder keeps (none written otherwise overrides it)."""
         if self.around is None:
             self.around = self._around(requests)
         if not self.around:
@@ -111,7 +123,12 @@ class Query:
         if text[:1] != b"{" or text.count(member) != 1:
             return False
         at = text.index(member) + len(_HANDLE_MEMBER)
-        return text[:at], text[at + len(member) - len(_HANDLE_MEMBER) :]
+        before, after = text[:at], text[at + len(member) - len(_HANDLE_MEMBER) :]
+        # The member found must be the one the decoder keeps, not one a later one overrides (the
+        # same handle written otherwise: spaced, escaped): null in its place must be what it keeps.
+        if _KEPT_HANDLE.decode(before + b"null" + after).scheduler is not None:
+            return False
+        return before, after
 
 
 @dataclass(frozen=True, slots=True)

@@ -237,6 +237,24 @@ def test_only_the_guessed_bytes_are_answered_from_the_guess(expansions, change, 
     assert len(expansions) == guessed + computed
 
 
+def test_a_handle_member_the_decoder_overrides_is_not_the_one_replaced():
+    """The handle's member written twice, the later one otherwise (spaced): the decoder keeps the
+    later one, so replacing the earlier one, the one found as written, would make a guess whose
+    bytes name the old handle."""
+
+    def twice(handle: str, kept: str) -> bytes:
+        message = score_message(handle)
+        return message.replace(b'"params":{', b'"params":{"scheduler":"%s",' % handle.encode()).replace(
+            b'"scheduler":"%s","candidates"' % handle.encode(), b'"scheduler" : "%s","candidates"' % kept.encode()
+        )
+
+    pair = Pair()
+    pair.prepare("c1", 0.0)
+    pair.send(twice("c1", "c1"))
+    pair.prepare("c2", 0.5)
+    pair.send(twice("c2", "c1"))  # scores c1 (Pair checks the answers are alike)
+
+
 #: Names that try to look like a handle's member inside the params.
 TRICKY = st.sampled_from(["c1", "scheduler", '"scheduler":"c1"', 'x\\"', "\u00e9", "\x00", "c1\\"])
 
