@@ -143,9 +143,9 @@ class Foreseen:
 
 class Foresight:
     """The predictor and the answer it holds, for :class:`bridge.protocol.Protocol`: it tells
-    :meth:`request` of every message (it sets :attr:`message` first) and :meth:`recall` of every
-    call before the call runs, and calls :meth:`foresee` when the server would wait. ``call(spec,
-    params)`` runs a call as the protocol does (raising its errors); ``messages`` is its decoder."""
+    :meth:`request` of every message and :meth:`recall` of every call before the call runs, and
+    calls :meth:`foresee` when the server would wait. ``call(spec, params)`` runs a call as the
+    protocol does (raising its errors); ``messages`` is its decoder."""
 
     def __init__(self, state: State, call: Callable[[MethodSpec, Any], Any], messages: MessageDecoder) -> None:
         self._state = state
@@ -158,13 +158,15 @@ class Foresight:
         self._guessed = True  # whether foresee() came since the last call
         self._held: Foreseen | None = None
         self._matched: Any = None  # the params (a Raw) of the request :meth:`request` matched
-        #: The message being answered; the protocol sets it.
+        #: The message being answered (:meth:`request`).
         self.message = b""
 
     def request(self, message: bytes) -> Any:
-        """``message`` as a request struct, its params as JSON, if it is the held answer's query:
-        one request of its method whose params are the guessed JSON byte for byte (so they decode to
-        the guessed params); else None (the message is then decoded as any other)."""
+        """Note ``message`` as the one being answered; return it as a request struct, its params
+        as JSON, if it is the held answer's query: one request of its method whose params are the
+        guessed JSON byte for byte (so they decode to the guessed params); else None (the message
+        is then decoded as any other)."""
+        self.message = message
         held = self._held
         if held is None:
             return None

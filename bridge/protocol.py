@@ -289,10 +289,9 @@ class Protocol:
         objects of a big request takes tens of ms, better spent after its answer is sent.
         """
         max_depth = self.state.limits.max_json_depth
-        if self._foresight is not None:
-            self._foresight.message = message
-            decoded = self._foresight.request(message)  # the query answered ahead of time, if it is
-        if self._foresight is None or decoded is None:
+        # The query answered ahead of time, if this message is it.
+        decoded = None if self._foresight is None else self._foresight.request(message)
+        if decoded is None:
             decoded = self._messages.decode(message, max_depth)
         self._decoded = decoded
         if decoded is None:
