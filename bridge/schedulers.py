@@ -177,20 +177,32 @@ def apply(scheduler: Scheduler, mode: str, entries: list) -> None:
     fresh copy to find it), and the scheduler is unchanged.
     """
     runs = [(method, list(run)) for method, run in itertools.groupby(entries, key=_method)]
-    if _added_in_place(scheduler.usage, mode, runs):
-        return
-    trial = _trial(scheduler)
-    try:
-        _run_in_bulk(trial, mode, runs)
-    except (SchedulingError, InvalidInputError):
+    if all(method in _BULK[mode] for method, _ in runs):
+        if _added_in_place(scheduler.usage, mode, runs):
+            return
+    else:
         trial = _trial(scheduler)
-        mutators = MUTATORS[mode]
-        for index, entry in enumerate(entries):
-            try:
-                mutators[_method(entry)](trial, entry)
-            except (SchedulingError, InvalidInputError) as exc:
-                raise MutationError(index, _method(entry), exc) from None
-    scheduler.usage = trial.usage
+        try:
+            _run_in_bulk(trial, mode, runs)
+        except (SchedulingError, InvalidInputError):
+            pass
+        else:
+            scheduler.usage = trial.usage
+            return
+    scheduler.usage = _one_by_one(scheduler, mode, entries).usage
+
+
+def _one_by_one(scheduler: Scheduler, mode: str, entries: list) -> Scheduler:
+    """A copy of ``scheduler`` with ``entries`` run one at a time; the first failure is raised as a
+    :class:`~bridge.errors.MutationError` naming its entry."""
+    trial = _trial(scheduler)
+    mutators = MUTATORS[mode]
+    for index, entry in enumerate(entries):
+        try:
+            mutators[_method(entry)](trial, entry)
+        except (SchedulingError, InvalidInputError) as exc:
+            raise MutationError(index, _method(entry), exc) from None
+    return trial
 
 
 def _trial(scheduler: Scheduler) -> Scheduler:
@@ -200,13 +212,11 @@ def _trial(scheduler: Scheduler) -> Scheduler:
 
 
 def _added_in_place(usage: Any, mode: str, runs: list) -> bool:
-    """Whether ``runs`` (``(method, entries)`` pairs) are all adds and were added to ``usage``
-    itself (in bulk). False leaves the usage as it was: other mutations, or an add that failed
-    (the adds before it are taken back). Saves the copy of the usage, which grows with it: 4 us
-    per batch at 4 x 300, up to 260 us at 48 x 10000 (a round sends 40 batches there)."""
+    """Whether ``runs`` (``(method, entries)`` pairs, all adds of :data:`_BULK`) were added to
+    ``usage`` itself (in bulk). False leaves the usage as it was: an add failed, and the adds
+    before it are taken back. Saves the copy of the usage, which grows with it: 4 us per batch at
+    4 x 300, up to 260 us at 48 x 10000 (a round sends 40 batches there)."""
     bulk = _BULK[mode]
-    if any(method not in bulk for method, _ in runs):
-        return False
     mark = usage.adds_mark()
     try:
         for method, run in runs:
