@@ -2,8 +2,8 @@
 TOPSIS) and nodes to start a resource on.
 
 Speed (product decision 6): a migration changes two node loads, so bruteforce bounds every
-candidate's imbalance in O(1) after O(N) preparation, then recomputes exactly (left-to-right, as
-the reference does) only the candidates that can still reach the top ``limit``. TOPSIS needs the
+candidate's imbalance in O(1) after O(N) preparation, then recomputes by the arithmetic rule of
+:mod:`core` only the candidates that can still reach the top ``limit`` (ties at the cut included). TOPSIS needs the
 criteria of all candidates; their sums over nodes are formed exactly, vectorised over candidates.
 """
 
