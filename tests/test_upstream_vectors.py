@@ -40,7 +40,9 @@ def same_bits(got: Any, expected: Any) -> bool:
     if isinstance(expected, list):
         return isinstance(got, list) and len(got) == len(expected) and all(map(same_bits, got, expected))
     if isinstance(expected, dict):
-        return isinstance(got, dict) and got.keys() == expected.keys() and all(same_bits(got[k], expected[k]) for k in got)
+        return (
+            isinstance(got, dict) and got.keys() == expected.keys() and all(same_bits(got[k], expected[k]) for k in got)
+        )
     return type(got) is type(expected) and got == expected
 
 
