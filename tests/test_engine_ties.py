@@ -31,6 +31,7 @@ from crs_bridge.core.scheduler import topsis_criteria
 from crs_bridge.core.topsis import topsis_scores
 from crs_bridge.core.whatif import exact_square_sums, what_if
 from tests import reference as ref
+from tests.test_engine_usage import ref_usage_of
 
 GiB = 1 << 30
 
@@ -73,16 +74,6 @@ def bits(x: float) -> int:
     return struct.unpack("<q", struct.pack("<d", x))[0]
 
 
-def reference_usage(s) -> ref.RefUsage:
-    """The slow reference's copy of a scheduler's nodes and resources, in the same orders."""
-    usage = ref.RefUsage()
-    for name in s.list_nodes():
-        usage.add_node(name, s.usage.node_stats(name))
-    for sid, res in s.usage.resources().items():
-        usage.add_resource(sid, ref.RefResource(res.stats, res.running, res.current, res.target))
-    return usage
-
-
 def topsis_ranking(s, bundles, limit: int = 100) -> list[tuple[str, str, int]]:
     """The engine's TOPSIS answer as (sid, target, imbalance bits)."""
     scored = s.score_best_balancing_migration_candidates_topsis(bundles, limit)
@@ -91,14 +82,14 @@ def topsis_ranking(s, bundles, limit: int = 100) -> list[tuple[str, str, int]]:
 
 def reference_topsis_ranking(s, bundles, limit: int = 100) -> list[tuple[str, str, int]]:
     """The slow reference's TOPSIS answer for the same cluster and bundles."""
-    usage = reference_usage(s)
+    usage = ref_usage_of(s)
     view = usage.view("started" if s.mode == "static" else "identity")
     scored = ref.topsis(view, ref.expand(usage, bundles), limit, s.formula)
     return [(m.sid, m.target_node, bits(value)) for m, value in scored]
 
 
 def reference_start_scores(s, stats: ResourceStats) -> list[tuple[str, int]]:
-    view = reference_usage(s).view("started" if s.mode == "static" else "starting")
+    view = ref_usage_of(s).view("started" if s.mode == "static" else "starting")
     return [(name, bits(score)) for name, score in ref.start_scores(view, stats)]
 
 
