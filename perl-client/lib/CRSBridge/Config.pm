@@ -292,6 +292,7 @@ sub _read_file {
     }
     die "crs-bridge: the config file $path is a directory\n" if -d $fh;
     my %settings;
+    local $.;    # the caller's last-read handle stays its own (see CRSBridge::Process)
     while (defined(my $line = <$fh>)) {
         my $where = "$path line $.";
         $line =~ s/(?:^|\s)#.*//s;

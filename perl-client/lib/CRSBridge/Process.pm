@@ -43,6 +43,13 @@ it watches: it exits once this process is gone, even if a forked child still hol
 the pipes; and C<CRS_BRIDGE_LOG_TARGET> (C<--log-target>): C<syslog> when the C<log> setting is
 C<syslog>, else C<auto> (stderr, or syslog when stderr is closed or F</dev/null>).
 
+=head1 LAST-READ HANDLE
+
+Perl's readline, C<seek>, C<sysseek> and C<tell> make their handle the last-read one
+(C<${^LAST_FH}>, whose line number C<$.> is, and which C<die> names: C<, E<lt>STDINE<gt> line 29.>).
+The binding leaves the caller's in place, so the client runs each such operation on a handle of
+its own under C<local $.>, which restores the caller's last-read handle at the end of the scope.
+
 =head1 METHODS
 
 =over
@@ -296,6 +303,7 @@ sub _wait {
 # (bridge/transport.py BriefPoll, which says why it polls only while no task waits for a CPU).
 sub _poll {
     my ($self) = @_;
+    local $.;    # _cpu_free's sysseek: see LAST-READ HANDLE
     _cpu_free() or return 0;
     # A monotonic clock (Linux, where alone _cpu_free lets this run): the wall clock set back
     # (NTP stepping it) would make the poll spin on. Read inline: a sub call would make each
@@ -310,6 +318,7 @@ sub _poll {
 }
 
 sub _watch_load {
+    local $.;    # _cpu_list reads lines: see LAST-READ HANDLE
     $CPUS = _cpus_usable();
     open($LOADAVG, '<', '/proc/loadavg') or undef $LOADAVG;
     return;
@@ -405,6 +414,7 @@ sub log_hint {
     return 'its log went to stderr (to syslog, ident crs-bridge, when stderr is closed or /dev/null)'
         if $log eq 'stderr';
     open(my $fh, '<', $log) or return "see $log";
+    local $.;    # seek: see LAST-READ HANDLE
     my $size = -s $fh // 0;
     seek($fh, $size - LOG_TAIL_BYTES, 0) if $size > LOG_TAIL_BYTES;
     read($fh, my $end, LOG_TAIL_BYTES) // return "see $log";
