@@ -428,18 +428,57 @@ sub log_hint {
 
 =item kill()
 
-Kills the server (SIGKILL) unless it has closed its output already (it is ending, and its
-process id may soon be another's); init reaps it.
+Kills the server (SIGKILL) unless it has closed its output already, and only when it can
+prove the process is still the server: once the server has died and init has reaped it, its
+process id may be another's (a guest's QEMU, on a node), and that process must not be
+signalled. The server is no child of this process (waitpid cannot tell whether it is gone),
+so the proof is this (Linux 5.3 and later): a pidfd is taken on the server's pid, which stands
+for the process that had that pid then, never for a later holder of it; then that pid is seen
+to hold the write end of the server's output pipe (its read end is still open here, so no
+other pipe has its inode; a fork of this process has the read end); then the signal goes through the pidfd. If the process of the pidfd
+lives when the signal is sent, it lived when its descriptors were looked at, so it holds the
+pipe: it is the server. If it has died meanwhile, the signal reaches nobody. Without pidfds
+or /proc, or when the check fails, nothing is signalled: the server's pipes are closed, and a
+server that still lives exits at the end of its input or of this process.
 
 =cut
+
+# Linux system calls (the same numbers on every architecture but alpha); SIGKILL.
+use constant { SYS_PIDFD_SEND_SIGNAL => 424, SYS_PIDFD_OPEN => 434, SIGKILL => 9 };
 
 sub kill {
     my ($self) = @_;
     local $!;
-    CORE::kill('KILL', $self->{pid}) if !$self->{ended};
+    $self->_kill_if_own if !$self->{ended};
     $self->{ended} = 1;
     $self->_close;
     return;
+}
+
+# SIGKILL to the server when it is proved to be the server (see kill); true when sent.
+sub _kill_if_own {
+    my ($self) = @_;
+    return 0 if $^O ne 'linux' || !$self->{out};
+    my $pidfd = syscall(SYS_PIDFD_OPEN, 0 + $self->{pid}, 0);    # (a number: syscall passes a string by address)
+    return 0 if $pidfd < 0;
+    my $sent = _holds_write_end($self->{pid}, $self->{out}) && syscall(SYS_PIDFD_SEND_SIGNAL, $pidfd, SIGKILL, 0, 0) == 0;
+    POSIX::close($pidfd);
+    return $sent;
+}
+
+# Whether the process $pid has the write end of the pipe whose read end is $fh open (Linux: its
+# /proc/PID/fd and fdinfo). The write end: a fork of this process holds the read end too.
+sub _holds_write_end {
+    my ($pid, $fh) = @_;
+    my $pipe = 'pipe:[' . (stat $fh)[1] . ']';
+    opendir(my $dh, "/proc/$pid/fd") or return 0;
+    for my $fd (grep { /^\d+$/ } readdir $dh) {
+        next if (readlink("/proc/$pid/fd/$fd") // '') ne $pipe;
+        open(my $info, '<', "/proc/$pid/fdinfo/$fd") or next;
+        sysread($info, my $text, 4096) or next;
+        return 1 if $text =~ /^flags:\s*([0-7]+)/m && (oct($1) & POSIX::O_ACCMODE()) == POSIX::O_WRONLY();
+    }
+    return 0;
 }
 
 =item stop()
