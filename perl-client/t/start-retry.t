@@ -1,9 +1,11 @@
 #!/usr/bin/perl
-# A server that dies while it starts (before its first answer: killed from outside, or slow to
-# start on a loaded machine and killed meanwhile) is started once more, also when the call has
-# already lost a server that had answered; the second start in a row that dies, or a second
-# death after answering, ends the call with a clear message. Which start dies is chosen by a
-# server command that counts its starts (t/bin/dies-starting), not by timing.
+# Server starts that go wrong. A server that dies while it starts (before its first answer:
+# killed from outside, or slow to start on a loaded machine and killed meanwhile) is started
+# once more, also when the call has already lost a server that had answered; the second start
+# in a row that dies, or a second death after answering, ends the call with a clear message.
+# Which start dies is chosen by a server command that counts its starts (t/bin/dies-starting),
+# not by timing. A start still working when the start-timeout passes (a loaded machine) is
+# given it again; a blocked one times out (t/bin/slow-start).
 
 use strict;
 use warnings;
@@ -104,6 +106,44 @@ subtest 'servers that keep dying after answering and while starting: bounded' =>
         qr/^crs-bridge: the server died twice during scheduler\.score_best_balancing_migration_candidates_topsis /,
         'the second death after answering gives up');
     is(starts($counter), 3, 'after three starts');
+};
+
+# The graces _start_grace gave (seconds > 0 left after it), counted.
+my $GRACES = 0;
+{
+    no warnings 'redefine';
+    my $grace = \&CRSBridge::Process::_start_grace;
+    *CRSBridge::Process::_start_grace = sub {
+        my $left = $grace->(@_);
+        $GRACES++ if $left > 0;
+        return $left;
+    };
+}
+
+subtest 'a start that works past the start-timeout is waited for' => sub {
+    # It spins 4 s (working, as a start waiting for CPUs does), then starts the server: the
+    # start-timeout of 3 s passes during the spin, and once more is given (up to 12 s in all).
+    my $query = sub { $usage->score_nodes_to_start_service({ maxcpu => 3, maxmem => 2 * GiB }) };
+    $GRACES = 0;
+    my $got = eval {
+        local $ENV{CRS_BRIDGE_COMMAND} = join(' ', "$FindBin::Bin/bin/slow-start", 'spin', 4, @SERVER);
+        local $ENV{CRS_BRIDGE_START_TIMEOUT} = 3;
+        kill_server();
+        $query->();
+    } // "died: $@";
+    cmp_ok($GRACES, '>=', 1, 'the start-timeout was given again');
+    is_deeply($got, normal_answer($query), 'and the call answered as the normal server answers');
+};
+
+subtest 'a start that is blocked times out at the start-timeout' => sub {
+    $GRACES = 0;
+    local $ENV{CRS_BRIDGE_COMMAND} = join(' ', "$FindBin::Bin/bin/slow-start", 'sleep', 60, @SERVER);
+    local $ENV{CRS_BRIDGE_START_TIMEOUT} = 1;
+    kill_server();
+    like(error_of { $usage->score_nodes_to_start_service({ maxcpu => 4, maxmem => GiB }) },
+        qr/^crs-bridge: cannot start the server '.*': no answer within 1 s \(limit set by CRS_BRIDGE_START_TIMEOUT\); killed it\n\z/,
+        'cannot start, no answer in time');
+    is($GRACES, 0, 'not given again');
 };
 
 kill_server();

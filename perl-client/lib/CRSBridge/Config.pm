@@ -68,7 +68,9 @@ one and restores every object.
 
 =item start-timeout
 
-Seconds for the first answer of a new server, Python's start-up included (default 8).
+Seconds for the first answer of a new server, Python's start-up included (default 8). On a
+loaded machine a start takes longer: a server that has not answered when they pass but is
+working (running, or waiting for a CPU or the disk) gets them once more, up to three times.
 
 =item log
 

@@ -95,7 +95,7 @@ sub spawn {
     }
     return bless {
         pid => $pid, owner => $$, cmd => "@$cmd", log => $log,
-        in => $to_server, out => $from_server, rbuf => '', wbuf => '', answered => 0, ended => 0,
+        in => $to_server, out => $from_server, rbuf => '', wbuf => '', answered => 0, ended => 0, grace => 0, graces => 0,
     }, $class;
 }
 
@@ -283,7 +283,8 @@ sub _readable {
 
 sub _wait {
     my ($self, $deadline) = @_;
-    my $left = $deadline - time;
+    my $left = $deadline + $self->{grace} - time;
+    $left = $self->_start_grace($deadline) if $left <= 0;
     $self->_fail('timeout', 'no answer in time') if $left <= 0;
     return if !length $self->{wbuf} && $self->_poll;
     my ($rbits, $wbits) = ('', '');
@@ -294,6 +295,31 @@ sub _wait {
     $self->_write_ready if length $self->{wbuf} && vec($w, fileno($self->{in}), 1);
     $self->_read_ready if vec($r, fileno($self->{out}), 1);
     return;
+}
+
+# A server's start on a loaded machine takes many times its quiet time (0.4 s of CPU time,
+# waiting for a CPU among dozens of busy tasks): a start is no hang while the server works.
+# So a server that has not answered yet and whose deadline passes gets the start-timeout once
+# more, up to START_GRACES times, each time it is found working (on a CPU, waiting for one, or
+# for the disk); a stopped or blocked one times out at its deadline, and so does one that is
+# being stopped (its input closed). Returns the seconds left then (<= 0: none).
+use constant START_GRACES => 3;
+
+sub _start_grace {
+    my ($self, $deadline) = @_;
+    return 0 if $self->{answered} || !$self->{in} || $self->{graces} >= START_GRACES || !_working($self->{pid});
+    $self->{graces}++;
+    $self->{grace} += CRSBridge::Config::get('start-timeout');
+    return $deadline + $self->{grace} - time;
+}
+
+# Whether process $pid is running, runnable or waiting for the disk (state R or D in
+# /proc/PID/stat, Linux; false without it).
+sub _working {
+    my ($pid) = @_;
+    open(my $fh, '<', "/proc/$pid/stat") or return 0;
+    sysread($fh, my $stat, 4096) or return 0;
+    return $stat =~ /\) ([RD]) /;
 }
 
 # Reads the server's answer if it comes within POLL_SECONDS, while a CPU is free; false if none
