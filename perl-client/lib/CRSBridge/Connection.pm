@@ -336,8 +336,8 @@ Sends the buffered mutations, then C<$method> (full name) with the state's handl
 C<$params_json> (members without braces, or with C<$positional> array elements without
 brackets; for a state of undef, a whole JSON object), and returns the decoded result. Dies
 with the server's message plus a newline on an error answer. A server that dies during the
-call is replaced, the objects restored and the call retried once; a hung server is killed and
-the call dies. C<$accepted> (optional code reference) is called once the answer is a result,
+call is replaced, the objects restored and the call retried (a new server that dies is
+started once more: see _gives_up for the bound); a hung server is killed and the call dies. C<$accepted> (optional code reference) is called once the answer is a result,
 before the exchange counts as finished.
 
 =cut
