@@ -129,9 +129,10 @@ sub cluster {
     my ($k) = @_;
     my @nodes = map { { name => "node$_", maxcpu => 16 * (1 + $_ % 3), maxmem => (64 << ($_ % 2)) * GiB,
         cpu => 0.7 * $_ + $k / 10, mem => ($_ + $k % 3) * GiB } } 1 .. 5;
-    my @guests = map { { sid => "vm:$_", node => 'node' . (1 + ($_ * 7 + $k) % 3), maxcpu => 1 + ($_ + $k) % 4,
-        maxmem => (1 + ($_ * 3 + $k) % 8) * GiB, cpu => 0.1 + (($_ * 13 + $k) % 17) / 9, mem => (1 + $_ % 5) * GiB / 2 } }
-        100 .. 129;
+    my @guests = map { {
+        sid => "vm:$_", node => 'node' . (1 + ($_ * 7 + $k) % 3), maxcpu => 1 + ($_ + $k) % 4,
+        maxmem => (1 + ($_ * 3 + $k) % 8) * GiB, cpu => 0.1 + (($_ * 13 + $k) % 17) / 9, mem => (1 + $_ % 5) * GiB / 2,
+    } } 100 .. 129;
     return (\@nodes, \@guests);
 }
 
@@ -150,9 +151,10 @@ sub round {
         my $guest = { stats => \%stats, running => 1, 'current-node' => $g->{node} };
         $dynamic ? $usage->add_resource($g->{sid}, $guest) : $usage->add_service($g->{sid}, $guest);
     }
+    my @names = map { $_->{name} } @$nodes;
     my @candidates = map {
         my $g = $_;
-        { leader => $g->{sid}, resources => [ $g->{sid} ], nodes => [ grep { $_ ne $g->{node} } map { $_->{name} } @$nodes ] }
+        { leader => $g->{sid}, resources => [ $g->{sid} ], nodes => [ grep { $_ ne $g->{node} } @names ] }
     } @$guests[ 0 .. 9 ];
     my $best = $usage->score_best_balancing_migration_candidates(\@candidates, 1)->[0];
     my $start = $dynamic

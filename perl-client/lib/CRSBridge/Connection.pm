@@ -337,8 +337,9 @@ C<$params_json> (members without braces, or with C<$positional> array elements w
 brackets; for a state of undef, a whole JSON object), and returns the decoded result. Dies
 with the server's message plus a newline on an error answer. A server that dies during the
 call is replaced, the objects restored and the call retried (a new server that dies is
-started once more: see _gives_up for the bound); a hung server is killed and the call dies. C<$accepted> (optional code reference) is called once the answer is a result,
-before the exchange counts as finished.
+started once more: see _gives_up for the bound); a hung server is killed and the call dies.
+C<$accepted> (optional code reference) is called once the answer is a result, before the
+exchange counts as finished.
 
 =cut
 

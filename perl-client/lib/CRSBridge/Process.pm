@@ -95,7 +95,8 @@ sub spawn {
     }
     return bless {
         pid => $pid, owner => $$, cmd => "@$cmd", log => $log,
-        in => $to_server, out => $from_server, rbuf => '', wbuf => '', answered => 0, ended => 0, grace => 0, graces => 0,
+        in => $to_server, out => $from_server, rbuf => '', wbuf => '', answered => 0, ended => 0,
+        grace => 0, graces => 0,    # see _start_grace
     }, $class;
 }
 
@@ -319,7 +320,7 @@ sub _working {
     my ($pid) = @_;
     open(my $fh, '<', "/proc/$pid/stat") or return 0;
     sysread($fh, my $stat, 4096) or return 0;
-    return $stat =~ /\) ([RD]) /;
+    return $stat =~ /.*\) ([RD]) /s;    # (after the last parenthesis: the command name may hold some)
 }
 
 # Reads the server's answer if it comes within POLL_SECONDS, while a CPU is free; false if none
@@ -461,11 +462,12 @@ signalled. The server is no child of this process (waitpid cannot tell whether i
 so the proof is this (Linux 5.3 and later): a pidfd is taken on the server's pid, which stands
 for the process that had that pid then, never for a later holder of it; then that pid is seen
 to hold the write end of the server's output pipe (its read end is still open here, so no
-other pipe has its inode; a fork of this process has the read end); then the signal goes through the pidfd. If the process of the pidfd
-lives when the signal is sent, it lived when its descriptors were looked at, so it holds the
-pipe: it is the server. If it has died meanwhile, the signal reaches nobody. Without pidfds
-or /proc, or when the check fails, nothing is signalled: the server's pipes are closed, and a
-server that still lives exits at the end of its input or of this process.
+other pipe has its inode; a fork of this process holds the read end only); then the signal
+goes through the pidfd. If the process of the pidfd lives when the signal is sent, it lived
+when its descriptors were looked at, so it holds the pipe: it is the server. If it has died
+meanwhile, the signal reaches nobody. Without pidfds or /proc, or when the check fails,
+nothing is signalled: the server's pipes are closed, and a server that still lives exits at
+the end of its input or of this process.
 
 =cut
 
@@ -485,9 +487,10 @@ sub kill {
 sub _kill_if_own {
     my ($self) = @_;
     return 0 if $^O ne 'linux' || !$self->{out};
-    my $pidfd = syscall(SYS_PIDFD_OPEN, 0 + $self->{pid}, 0);    # (a number: syscall passes a string by address)
+    my $pid = 0 + $self->{pid};    # a number: syscall passes a string by its address
+    my $pidfd = syscall(SYS_PIDFD_OPEN, $pid, 0);
     return 0 if $pidfd < 0;
-    my $sent = _holds_write_end($self->{pid}, $self->{out}) && syscall(SYS_PIDFD_SEND_SIGNAL, $pidfd, SIGKILL, 0, 0) == 0;
+    my $sent = _holds_write_end($pid, $self->{out}) && syscall(SYS_PIDFD_SEND_SIGNAL, $pidfd, SIGKILL, 0, 0) == 0;
     POSIX::close($pidfd);
     return $sent;
 }
