@@ -51,9 +51,13 @@ sub old_file {
 
 subtest 'perl -T with the package config file: the caps hold' => sub {
     my $dir = tempdir(CLEANUP => 1);
-    my $config = "$dir/crs-bridge.conf";    # stands for /etc/crs-bridge/crs-bridge.conf
+    # The package's file (every key commented out) with three keys set, where the package puts
+    # it (/etc/crs-bridge/crs-bridge.conf, CRSBridge::Config's default file) stood for by $config.
+    my $config = "$dir/crs-bridge.conf";
+    open(my $shipped, '<', "$FindBin::Bin/../../debian/crs-bridge.conf") or die "cannot read debian/crs-bridge.conf: $!\n";
+    my $text = do { local $/; <$shipped> };
     open(my $fh, '>', $config) or die "cannot write $config: $!\n";
-    print {$fh} "command: $SERVER\nrecord: $dir/record\nrecord-max-files: 3\n";
+    print {$fh} $text, "command: $SERVER\nrecord: $dir/record\nrecord-max-files: 3\n";
     close($fh);
     die "the test's paths must be plain for the program below: $dir $LIB\n" if "$dir$LIB" =~ /['\\]/;
     # As pve-ha-crm: perl -T, a literal PATH, a clean environment; 20 rounds, one object each.
