@@ -9,11 +9,11 @@
 # and dynamic alternately: nodes, guests, imbalance, the best migration with limit 1, start
 # scores), dropped at its end, --gap seconds apart; meanwhile a killer process (higher
 # priority, so that it acts on time) SIGKILLs every server the client starts: one in four during
-# its start (within half a quiet start's time of it), every other one 0.4 to 2 s after a start's
-# time under this load (the median above). A round passes when no call dies and every answer is
-# the one the same round got on the quiet machine without kills. Prints the start figures, the
-# load seen, the servers started, killed (during their start or later) and started again after
-# a death during their start, and the rounds passed.
+# its start (within half a quiet start's time of it), every other one 0.4 to 2 s after its start
+# (its first answer). A round passes when no call dies and every answer is the one the same
+# round got on the quiet machine without kills. Prints the start figures, the load seen, the
+# servers started (and their starts' times under the load), killed (during their start or
+# after it) and started again after a death during their start, and the rounds passed.
 #
 #   PATH=.venv/bin:$PATH perl benchmarks/starts_under_load.pl [--load 10] [--seconds 60]
 #       [--starts 7] [--gap 0.1] [--starts-only]   (--starts-only: the start figures alone)
@@ -49,15 +49,21 @@ use constant { GiB => 1024**3, DISTINCT_ROUNDS => 24, SYS_PIDFD_SEND_SIGNAL => 4
 
 my %COUNT = (started => 0, start_deaths => 0, later_deaths => 0);
 CRSBridge::Connection->instance->shutdown;    # the next server is the killer's too
-my $ON_SPAWN = sub { };    # called with each new server's pid
+my ($ON_SPAWN, $ON_ANSWER) = (sub { }, sub { });    # called with each new server's pid, and at its first answer
 {
     no warnings 'redefine';
-    my ($spawn, $kill) = (\&CRSBridge::Process::spawn, \&CRSBridge::Process::kill);
+    my ($spawn, $read_line, $kill) = map { \&{"CRSBridge::Process::$_"} } qw(spawn read_line kill);
     *CRSBridge::Process::spawn = sub {
         my $proc = $spawn->(@_);
         $COUNT{started}++;
         $ON_SPAWN->($proc->pid);
         return $proc;
+    };
+    # (A server's first line comes through read_line: ready_line takes only lines after it.)
+    *CRSBridge::Process::read_line = sub {
+        my $line = $read_line->(@_);
+        $ON_ANSWER->($_[0]->pid) if !$_[0]{first_answer_noted}++;
+        return $line;
     };
     # The client kills (or, unable to prove it is still its server, only drops) a server that
     # died or hung: whether it had answered tells a death during its start from a later one.
@@ -232,12 +238,17 @@ my @expected = map { round($_) } 0 .. DISTINCT_ROUNDS - 1;
 kill('CONT', @BUSY);
 
 my ($killer_in, $killer_report, $killer) = start_killer();
-my $serial = 0;
+my ($serial, %spawned, @start_times) = (0);
 $ON_SPAWN = sub {
     my ($pid) = @_;
-    my $during_start = $serial++ % 4 == 0;
-    my $delay = $during_start ? rand($quiet[0] / 2) : $loaded[0] + 0.4 + rand(1.6);
-    printf {$killer_in} "%d %.4f %d\n", $pid, $delay, $during_start ? 1 : 0;
+    $spawned{$pid} = time;
+    printf {$killer_in} "%d %.4f 1\n", $pid, rand($quiet[0] / 2) if $serial++ % 4 == 0;
+};
+$ON_ANSWER = sub {
+    my ($pid) = @_;
+    my $started = delete $spawned{$pid} // return;
+    push @start_times, time - $started;
+    printf {$killer_in} "%d %.4f 0\n", $pid, 0.4 + rand(1.6);    # (a victim of its start never answers)
 };
 %COUNT = (started => 0, start_deaths => 0, later_deaths => 0);
 CRSBridge::Connection->instance->shutdown;    # the next server is the killer's too
@@ -266,7 +277,9 @@ $gave_up += $failures{$_} for grep {/cannot start/} keys %failures;
 my $restarted = $COUNT{start_deaths} - $gave_up;
 printf "%d HA-style rounds in %.0f s at load average %.1f-%.1f: %d passed, %d failed\n", $rounds, $opt{seconds},
     (sort { $a <=> $b } @seen_load)[0], max(@seen_load), $passed, $rounds - $passed;
-printf "servers: %d started, %d killed (%d during their start, %d 0.4-2 s after a start's time), %d died before"
-    . " their first answer and were started again, %d died after answering\n",
-    $COUNT{started}, $during + $later, $during, $later, $restarted, $COUNT{later_deaths};
+@start_times = sort { $a <=> $b } @start_times;
+printf "servers: %d started (start to first answer: median %s, max %s), %d killed (%d during their start, %d 0.4-2 s"
+    . " after it), %d died before their first answer and were started again, %d died after answering\n",
+    $COUNT{started}, ms($start_times[ $#start_times / 2 ] // 0), ms($start_times[-1] // 0), $during + $later, $during,
+    $later, $restarted, $COUNT{later_deaths};
 print "failed rounds: $failures{$_} x $_\n" for sort keys %failures;
