@@ -93,6 +93,7 @@ sub start_load {
 }
 
 sub end_load {
+    local $?;    # (in END: the program's exit status)
     kill('KILL', @BUSY) if @BUSY;
     waitpid($_, 0) for @BUSY;
     @BUSY = ();
