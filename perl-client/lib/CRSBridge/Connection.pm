@@ -336,9 +336,10 @@ Sends the buffered mutations, then C<$method> (full name) with the state's handl
 C<$params_json> (members without braces, or with C<$positional> array elements without
 brackets; for a state of undef, a whole JSON object), and returns the decoded result. Dies
 with the server's message plus a newline on an error answer. A server that dies during the
-call is replaced, the objects restored and the call retried once; a hung server is killed and
-the call dies. C<$accepted> (optional code reference) is called once the answer is a result,
-before the exchange counts as finished.
+call is replaced, the objects restored and the call retried (a new server that dies is
+started once more: see _gives_up for the bound); a hung server is killed and the call dies.
+C<$accepted> (optional code reference) is called once the answer is a result, before the
+exchange counts as finished.
 
 =cut
 
@@ -346,16 +347,15 @@ sub call {
     my ($self, $st, $method, $params, $positional, $accepted) = @_;
     _limits();    # a bad setting dies before anything is sent
     my $first_new = $SERVERS + 1;    # servers from this number on were started by this call
-    my $new_died = 0;
+    my %deaths;    # of the servers this call started (see _server_failed)
     while (1) {
         my $answer = eval { $self->_call_once($st, $method, $params, $positional, $accepted) };
         return _result($answer, $st) if $answer;
         my $error = $@;
         die $error if !(ref $error && $error->isa('CRSBridge::Process::Error'));
         my $new = $self->{number} >= $first_new;
-        # A server that was already running may have died any time before; one started for
-        # this call and restored is retried once more, then the call gives up.
-        $self->_server_failed($error, $method, $new && $new_died++);
+        # A server that was already running may have died any time before: it is replaced.
+        $self->_server_failed($error, $method, $new && \%deaths);
     }
 }
 
@@ -464,7 +464,7 @@ sub call_series {
     my ($self, $st, $calls) = @_;
     _limits();
     my $first_new = $SERVERS + 1;
-    my $new_died = 0;
+    my %deaths;    # of the servers this call started (see _server_failed)
     my @params;    # as sent, for another attempt
     while (1) {
         my $answers = eval { $self->_call_series_once($st, $calls, \@params) };
@@ -472,7 +472,7 @@ sub call_series {
         my $error = $@;
         die $error if !(ref $error && $error->isa('CRSBridge::Process::Error'));
         my $new = $self->{number} >= $first_new;
-        $self->_server_failed($error, $calls->[-1][0], $new && $new_died++);
+        $self->_server_failed($error, $calls->[-1][0], $new && \%deaths);
     }
 }
 
@@ -517,8 +517,10 @@ sub _result {
 }
 
 # A died or timed-out server: drop it, and either let the caller retry or die saying why.
+# $deaths (a hash of the call's, undef for a server the call did not start) counts the deaths
+# of servers the call started, see _gives_up.
 sub _server_failed {
-    my ($self, $error, $method, $give_up) = @_;
+    my ($self, $error, $method, $deaths) = @_;
     my $proc = delete $self->{proc};
     $proc->kill;
     my $limit = CRSBridge::Config::get(_limit_key($proc));
@@ -530,14 +532,25 @@ sub _server_failed {
             if $proc->answered;
         die "crs-bridge: cannot start the server '$cmd': no answer within $limit s (limit $origin); killed it\n";
     }
-    # A new server that ends before answering is started once more (it may have been killed
-    # from outside, e.g. while it restored the objects); a second one cannot start (a broken
-    # command or installation).
+    return if !$deaths || !_gives_up($proc, $deaths);    # retry: a new server, the objects restored
     die "crs-bridge: cannot start the server '$cmd': it ended before answering (" . $proc->log_hint . ")\n"
-        if !$proc->answered && $give_up;
-    die "crs-bridge: the server died twice during $method (" . $proc->log_hint . "); giving up on this call\n"
-        if $give_up;
-    return;    # retry: the next attempt starts a new server and restores the objects
+        if !$proc->answered;
+    die "crs-bridge: the server died twice during $method (" . $proc->log_hint . "); giving up on this call\n";
+}
+
+# Whether a call gives up after the death of $proc, a server it started, given the earlier
+# deaths of such servers (%$deaths, which this counts). A server that dies while it starts
+# (before its first answer: killed from outside, slow to start on a loaded machine) is started
+# once more, and so is one that dies after answering; the second start in a row that dies (a
+# broken command or installation) or the second death after answering gives up. A call so
+# starts at most four servers.
+sub _gives_up {
+    my ($proc, $deaths) = @_;
+    if ($proc->answered) {
+        $deaths->{start} = 0;
+        return $deaths->{answered}++ > 0;
+    }
+    return $deaths->{start}++ > 0;
 }
 
 # (seconds per call, seconds for the first answer of a new server)

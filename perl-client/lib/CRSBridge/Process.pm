@@ -43,6 +43,13 @@ it watches: it exits once this process is gone, even if a forked child still hol
 the pipes; and C<CRS_BRIDGE_LOG_TARGET> (C<--log-target>): C<syslog> when the C<log> setting is
 C<syslog>, else C<auto> (stderr, or syslog when stderr is closed or F</dev/null>).
 
+=head1 LAST-READ HANDLE
+
+Perl's readline, C<seek>, C<sysseek> and C<tell> make their handle the last-read one
+(C<${^LAST_FH}>, whose line number C<$.> is, and which C<die> names: C<, E<lt>STDINE<gt> line 29.>).
+The binding leaves the caller's in place, so the client runs each such operation on a handle of
+its own under C<local $.>, which restores the caller's last-read handle at the end of the scope.
+
 =head1 METHODS
 
 =over
@@ -89,6 +96,7 @@ sub spawn {
     return bless {
         pid => $pid, owner => $$, cmd => "@$cmd", log => $log,
         in => $to_server, out => $from_server, rbuf => '', wbuf => '', answered => 0, ended => 0,
+        grace => 0, graces => 0,    # see _start_grace
     }, $class;
 }
 
@@ -276,7 +284,8 @@ sub _readable {
 
 sub _wait {
     my ($self, $deadline) = @_;
-    my $left = $deadline - time;
+    my $left = $deadline + $self->{grace} - time;
+    $left = $self->_start_grace($deadline) if $left <= 0;
     $self->_fail('timeout', 'no answer in time') if $left <= 0;
     return if !length $self->{wbuf} && $self->_poll;
     my ($rbits, $wbits) = ('', '');
@@ -289,6 +298,31 @@ sub _wait {
     return;
 }
 
+# A server's start on a loaded machine takes many times its quiet time (0.4 s of CPU time,
+# waiting for a CPU among dozens of busy tasks): a start is no hang while the server works.
+# So a server that has not answered yet and whose deadline passes gets the start-timeout once
+# more, up to START_GRACES times, each time it is found working (on a CPU, waiting for one, or
+# for the disk); a stopped or blocked one times out at its deadline, and so does one that is
+# being stopped (its input closed). Returns the seconds left then (<= 0: none).
+use constant START_GRACES => 3;
+
+sub _start_grace {
+    my ($self, $deadline) = @_;
+    return 0 if $self->{answered} || !$self->{in} || $self->{graces} >= START_GRACES || !_working($self->{pid});
+    $self->{graces}++;
+    $self->{grace} += CRSBridge::Config::get('start-timeout');
+    return $deadline + $self->{grace} - time;
+}
+
+# Whether process $pid is running, runnable or waiting for the disk (state R or D in
+# /proc/PID/stat, Linux; false without it).
+sub _working {
+    my ($pid) = @_;
+    open(my $fh, '<', "/proc/$pid/stat") or return 0;
+    sysread($fh, my $stat, 4096) or return 0;
+    return $stat =~ /.*\) ([RD]) /s;    # (after the last parenthesis: the command name may hold some)
+}
+
 # Reads the server's answer if it comes within POLL_SECONDS, while a CPU is free; false if none
 # came. A round's answers come within a fraction of a millisecond, and a process that sleeps in
 # select and is woken loses more than the wake-up (an idle CPU, a virtual one left to the host,
@@ -296,6 +330,7 @@ sub _wait {
 # (bridge/transport.py BriefPoll, which says why it polls only while no task waits for a CPU).
 sub _poll {
     my ($self) = @_;
+    local $.;    # _cpu_free's sysseek: see LAST-READ HANDLE
     _cpu_free() or return 0;
     # A monotonic clock (Linux, where alone _cpu_free lets this run): the wall clock set back
     # (NTP stepping it) would make the poll spin on. Read inline: a sub call would make each
@@ -310,6 +345,7 @@ sub _poll {
 }
 
 sub _watch_load {
+    local $.;    # _cpu_list reads lines: see LAST-READ HANDLE
     $CPUS = _cpus_usable();
     open($LOADAVG, '<', '/proc/loadavg') or undef $LOADAVG;
     return;
@@ -405,6 +441,7 @@ sub log_hint {
     return 'its log went to stderr (to syslog, ident crs-bridge, when stderr is closed or /dev/null)'
         if $log eq 'stderr';
     open(my $fh, '<', $log) or return "see $log";
+    local $.;    # seek: see LAST-READ HANDLE
     my $size = -s $fh // 0;
     seek($fh, $size - LOG_TAIL_BYTES, 0) if $size > LOG_TAIL_BYTES;
     read($fh, my $end, LOG_TAIL_BYTES) // return "see $log";
@@ -418,18 +455,59 @@ sub log_hint {
 
 =item kill()
 
-Kills the server (SIGKILL) unless it has closed its output already (it is ending, and its
-process id may soon be another's); init reaps it.
+Kills the server (SIGKILL) unless it has closed its output already, and only when it can
+prove the process is still the server: once the server has died and init has reaped it, its
+process id may be another's (a guest's QEMU, on a node), and that process must not be
+signalled. The server is no child of this process (waitpid cannot tell whether it is gone),
+so the proof is this (Linux 5.3 and later): a pidfd is taken on the server's pid, which stands
+for the process that had that pid then, never for a later holder of it; then that pid is seen
+to hold the write end of the server's output pipe (its read end is still open here, so no
+other pipe has its inode; a fork of this process holds the read end only); then the signal
+goes through the pidfd. If the process of the pidfd lives when the signal is sent, it lived
+when its descriptors were looked at, so it holds the pipe: it is the server. If it has died
+meanwhile, the signal reaches nobody. Without pidfds or /proc, or when the check fails,
+nothing is signalled: the server's pipes are closed, and a server that still lives exits at
+the end of its input or of this process.
 
 =cut
+
+# Linux system calls (the same numbers on every architecture but alpha); SIGKILL.
+use constant { SYS_PIDFD_SEND_SIGNAL => 424, SYS_PIDFD_OPEN => 434, SIGKILL => 9 };
 
 sub kill {
     my ($self) = @_;
     local $!;
-    CORE::kill('KILL', $self->{pid}) if !$self->{ended};
+    $self->_kill_if_own if !$self->{ended};
     $self->{ended} = 1;
     $self->_close;
     return;
+}
+
+# SIGKILL to the server when it is proved to be the server (see kill); true when sent.
+sub _kill_if_own {
+    my ($self) = @_;
+    return 0 if $^O ne 'linux' || !$self->{out};
+    my $pid = 0 + $self->{pid};    # a number: syscall passes a string by its address
+    my $pidfd = syscall(SYS_PIDFD_OPEN, $pid, 0);
+    return 0 if $pidfd < 0;
+    my $sent = _holds_write_end($pid, $self->{out}) && syscall(SYS_PIDFD_SEND_SIGNAL, $pidfd, SIGKILL, 0, 0) == 0;
+    POSIX::close($pidfd);
+    return $sent;
+}
+
+# Whether the process $pid has the write end of the pipe whose read end is $fh open (Linux: its
+# /proc/PID/fd and fdinfo). The write end: a fork of this process holds the read end too.
+sub _holds_write_end {
+    my ($pid, $fh) = @_;
+    my $pipe = 'pipe:[' . (stat $fh)[1] . ']';
+    opendir(my $dh, "/proc/$pid/fd") or return 0;
+    for my $fd (grep { /^\d+$/ } readdir $dh) {
+        next if (readlink("/proc/$pid/fd/$fd") // '') ne $pipe;
+        open(my $info, '<', "/proc/$pid/fdinfo/$fd") or next;
+        sysread($info, my $text, 4096) or next;
+        return 1 if $text =~ /^flags:\s*([0-7]+)/m && (oct($1) & POSIX::O_ACCMODE()) == POSIX::O_WRONLY();
+    }
+    return 0;
 }
 
 =item stop()
