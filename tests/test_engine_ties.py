@@ -1,5 +1,5 @@
 """Exact ties: TOPSIS scores equal in exact arithmetic rank as equal (input order), also for start
-scores; and upstream's candidate errors win over crs-bridge's own refusals (issue 18).
+scores; and upstream's candidate errors win over crs-bridge's own refusals.
 
 On a cluster of identical (or mirrored) nodes, moving a guest to either of two symmetric nodes
 gives the same multiset of node loads; only the order of the left-to-right sums differs, so the
@@ -76,7 +76,7 @@ def without_ties(monkeypatch):
 
 
 def test_without_ties_rounding_noise_picks_another_node(monkeypatch):
-    """What the issue saw: the fixed summation order breaks the tie the same wrong way every time."""
+    """Without the tie rule, the fixed summation order breaks the tie the same wrong way every time."""
     s = identical_static(16)
     bundles = [CompactCandidate("vm:999", ("vm:999",), ha_targets("node3", 16))]
     without_ties(monkeypatch)

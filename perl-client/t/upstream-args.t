@@ -1,7 +1,7 @@
 #!/usr/bin/perl
 # Argument decoding and error precedence as libpve-rs-perl 0.13.0 (perlmod + serde) has them, against
-# a real server (issue 18): a table of argument kinds x value kinds with upstream's texts, then one
-# subtest per class of the issue, then exact TOPSIS ties end to end.
+# a real server: a table of argument kinds x value kinds with upstream's texts, then one subtest per
+# class of difference from upstream that once existed, then exact TOPSIS ties end to end.
 
 use strict;
 use warnings;
