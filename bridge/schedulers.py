@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -33,6 +34,25 @@ class Staging:
     parts: list[CandidateBatch] = field(default_factory=list)
 
 
+#: A handle of the server's own form, ``s<N>`` as the server writes N (no sign, no leading zero).
+_SERVER_HANDLE = re.compile(r"s([1-9][0-9]*)")
+
+#: Most digits of N in a client's handle ``s<N>``: the server's own handles then never outgrow
+#: the form, so none can meet a longer one a client chose (and N stays a cheap int).
+_HANDLE_DIGITS = 18
+
+
+def _handle_number(handle: str) -> int:
+    """N of a handle ``s<N>`` of the server's own form, 0 for any other handle (ParamsError
+    naming the field if N has more than :data:`_HANDLE_DIGITS` digits)."""
+    match = _SERVER_HANDLE.fullmatch(handle)
+    if match is None:
+        return 0
+    if len(match[1]) > _HANDLE_DIGITS:
+        raise ParamsError([("scheduler", f"a handle s<N> takes N of at most {_HANDLE_DIGITS} digits")])
+    return int(match[1])
+
+
 #: Most freed schedulers kept for deallocation while the server waits (HA frees one a round).
 _FREED_KEPT = 4
 
@@ -55,7 +75,9 @@ class State:
     #: objects took longer to free than its new scheduler's nodes took to add (4 x 300: 23 us;
     #: 48 x 10000: 0.5 ms), on the way to the round's first answers.
     freed: list[Scheduler] = field(default_factory=list)
-    _handles: itertools.count = field(default_factory=lambda: itertools.count(1))
+    #: The number of the next handle the server picks (``s<N>``): past every ``s<N>`` it picked
+    #: or a client chose, so that no handle is ever handed out twice.
+    _next_handle: int = 1
 
     def scheduler(self, handle: str) -> Scheduler:
         """The live scheduler behind ``handle`` (UnknownHandleError if none)."""
@@ -67,13 +89,14 @@ class State:
     def new_handle(self, scheduler: Scheduler, handle: str | None = None) -> str:
         """Register ``scheduler`` under ``handle`` (the client's choice: ParamsError naming the
         field while a live scheduler has it), or under a fresh one (``s1``, ``s2``, ...; never
-        reused, and none that a client chose and still holds)."""
+        reused, nor any that a client chose, even once freed)."""
         if handle is None:
-            handle = f"s{next(self._handles)}"
-            while handle in self.schedulers:
-                handle = f"s{next(self._handles)}"
+            handle = f"s{self._next_handle}"
+            self._next_handle += 1
         elif handle in self.schedulers:
             raise ParamsError([("scheduler", f"the handle '{shorten(handle)}' is in use; free it or choose another")])
+        else:
+            self._next_handle = max(self._next_handle, _handle_number(handle) + 1)
         self.schedulers[handle] = scheduler
         return handle
 

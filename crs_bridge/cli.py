@@ -5,6 +5,7 @@
     Logs go to stderr, or to syslog when stderr is closed or /dev/null (or always, with
     ``--log-target syslog``; see :mod:`crs_bridge.logsink`). With ``--client-pid`` every log line
     names the client, and the server exits once that process is gone (:mod:`crs_bridge.lifeline`).
+    Started with stdin or stdout closed, it says so in one log line and exits 1.
 ``crs-bridge call METHOD [PARAMS]``
     Start a server, send one request, print the answer. PARAMS is inline JSON or ``@file``
     (``@-``: standard input). The result is pretty-printed on stdout (exit 0); an error is
@@ -59,6 +60,8 @@ EXIT_OK = 0
 EXIT_RPC_ERROR = 1
 EXIT_USAGE = 2
 EXIT_NO_ANSWER = 3
+#: ``serve`` started with stdin or stdout closed (as when its streams fail otherwise).
+EXIT_STREAMS_CLOSED = 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -128,6 +131,8 @@ def _serve(args: argparse.Namespace) -> int:
     from . import logsink
     from .bridge.server import Terminated, serve
 
+    # Before any file is opened: a closed fd 0 or 1 would be the next file's, the trace's say.
+    closed = _closed_stdio()
     try:
         limits = _limits(args)
         # stderr may be a pipe nobody reads: logging (and a trace to '-') must never block serving.
@@ -136,6 +141,11 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"crs-bridge serve: {exc}", file=sys.stderr)
         return EXIT_USAGE
     logsink.install(args.log_level, _serve_log_format(sink, args.client_pid), sink)
+    if closed:
+        log = logging.getLogger("crs-bridge")
+        log.error("cannot serve: %s is closed (start it with stdin and stdout open)", closed)
+        sink.close()
+        return EXIT_STREAMS_CLOSED
     stop_watch = lambda: None  # noqa: E731
     options = {"limits": limits, "debug_methods": args.debug_methods}
     try:
@@ -157,6 +167,18 @@ def _serve(args: argparse.Namespace) -> int:
         return 0
     finally:
         sink.close()
+
+
+def _closed_stdio() -> str | None:
+    """The name of the first of stdin and stdout that the process was started without, or None."""
+    for name, fd in (("stdin", 0), ("stdout", 1)):
+        try:
+            os.fstat(fd)
+        except OSError:
+            return name
+        if getattr(sys, name) is None:  # closed at start-up, and the fd taken since
+            return name
+    return None
 
 
 def _terminate_start(signum: int, frame: object) -> None:
