@@ -39,7 +39,6 @@ from .errors import (
     UnknownHandleError,
     shorten,
 )
-from .foresight import Foresight
 from .limits import ORJSON_MAX_DEPTH, how_to_raise
 from .registry import ANY_MODE, MethodSpec, Variant
 from .schedulers import STAGING_METHODS, State
@@ -253,10 +252,9 @@ class _Methods(dict):
 
 class Protocol:
     """JSON-RPC 2.0 message handling over the methods of :data:`bridge.stateless.METHODS` (and
-    ``debug.raise`` with ``debug_methods``) and the server state ``state``; with ``foresight``,
-    :meth:`foresee` answers the query expected next ahead of time (:mod:`bridge.foresight`)."""
+    ``debug.raise`` with ``debug_methods``) and the server state ``state``."""
 
-    def __init__(self, state: State, debug_methods: bool = False, foresight: bool = False) -> None:
+    def __init__(self, state: State, debug_methods: bool = False) -> None:
         self.state = state
         state.methods = {spec.name: spec for spec in stateless.METHODS}
         if debug_methods:
@@ -276,7 +274,6 @@ class Protocol:
         }
         self._messages = MessageDecoder({spec.name: self._kinds(spec) for spec in state.methods.values()})
         self._decoded: Any = None
-        self._foresight = Foresight(state, self._call, self._messages) if foresight else None
 
     def _kinds(self, spec: MethodSpec) -> list[Any]:
         models = dict.fromkeys(variant.params for variant in spec.variants.values())
@@ -289,10 +286,7 @@ class Protocol:
         objects of a big request takes tens of ms, better spent after its answer is sent.
         """
         max_depth = self.state.limits.max_json_depth
-        # The query answered ahead of time, if this message is it.
-        decoded = None if self._foresight is None else self._foresight.request(message)
-        if decoded is None:
-            decoded = self._messages.decode(message, max_depth)
+        decoded = self._messages.decode(message, max_depth)
         self._decoded = decoded
         if decoded is None:
             try:
@@ -311,12 +305,6 @@ class Protocol:
             return self.encode(answers) if answers else None
         answers = self._answers([decoded])
         return self.encode(answers[0]) if answers else None
-
-    def foresee(self) -> None:
-        """Compute the answer to the query expected next, if foresight is on and one is expected
-        (:mod:`bridge.foresight`); for when the server would otherwise wait for input."""
-        if self._foresight is not None:
-            self._foresight.foresee()
 
     def release(self) -> None:
         """Free the last message's decoded objects (see :meth:`handle`)."""
@@ -388,8 +376,7 @@ class Protocol:
         """Run method ``name`` for jsonrpcserver; every failure becomes an error result."""
         try:
             spec = self.state.methods[name]
-            foreseen = None if self._foresight is None else self._foresight.recall(spec, params)
-            result = self._call(spec, params) if foreseen is None else foreseen.result
+            result = self._call(spec, params)
         except Exception as exc:  # bugs are logged by error_for
             code, message, data = error_for(exc)
             return Error(code, message, NODATA if data is None else data)

@@ -133,15 +133,13 @@ def serve(
     skip_pydantic_plugin_discovery()
     limits = limits or ServerLimits()
     state = State(limits=limits)
-    protocol = Protocol(state, debug_methods, foresight=True)
+    protocol = Protocol(state, debug_methods)
     enlarge_pipe(in_fd)  # big requests arrive in a few reads, not dozens
     poll = BriefPoll(in_fd)
 
     def before_wait() -> None:
         writer.flush()  # the answers leave first
         state.drop_freed()  # then freed schedulers go, while the client reads the answers
-        if reader.drained() and not poll.input_waiting():
-            protocol.foresee()  # the query expected next is answered while the client prepares it
         poll()
 
     reader = FrameReader(in_fd, limits.max_message_bytes, before_wait=before_wait)

@@ -92,10 +92,6 @@ class BriefPoll:
         except OSError:
             self._loadavg = None
 
-    def input_waiting(self) -> bool:
-        """Whether input is waiting to be read (at once, without waiting)."""
-        return bool(self._poll.poll(0))
-
     def __call__(self) -> None:
         """Return once input is waiting, :data:`POLL_SECONDS` have passed, or at once when no
         CPU is free or the load cannot be read. Reads nothing."""
