@@ -31,6 +31,15 @@ import orjson
 from ..core import InvalidInputError, SchedulingError
 from . import models as m
 from . import phases, stateless
+from .codes import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    SCHEDULING_ERROR,
+    UNKNOWN_HANDLE,
+)
 from .errors import (
     MAX_ERROR_DETAILS,
     MethodUnavailableError,
@@ -72,14 +81,6 @@ _dispatcher, _response, _result, _sentinels = _import_without_package_init(
 Success, Error, NODATA = _result.Success, _result.Error, _sentinels.NODATA
 
 log = logging.getLogger("crs-bridge")
-
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-SCHEDULING_ERROR = -32000
-UNKNOWN_HANDLE = -32001
 
 _MEMBERS = frozenset({"jsonrpc", "method", "id", "params"})
 

@@ -27,9 +27,10 @@ from contextlib import suppress
 from typing import IO
 
 from . import memory, phases
+from .codes import INTERNAL_ERROR
 from .errors import shorten
 from .limits import ServerLimits
-from .protocol import INTERNAL_ERROR, Protocol, error_response
+from .protocol import Protocol, error_response
 from .schedulers import State
 from .transport import BriefPoll, Frame, FrameReader, FrameWriter, enlarge_pipe
 
