@@ -31,6 +31,8 @@ from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from trees import python_path  # noqa: E402
+
 from tests import test_hardening_fuzz as fuzz  # noqa: E402
 from tests import test_wire as wire  # noqa: E402
 
@@ -194,7 +196,7 @@ def _framings(draw: Any) -> bytes:
 
 
 def run(tree: Path, data: Path, extra: list[str]) -> bytes:
-    env = dict(os.environ, PYTHONPATH=str(tree))
+    env = dict(os.environ, PYTHONPATH=python_path(tree))
     command = [sys.executable, "-P", "-m", "crs_bridge", "serve", "--max-message-bytes", str(MAX_MESSAGE), *extra]
     with data.open("rb") as stdin:
         done = subprocess.run(command, stdin=stdin, capture_output=True, env=env, cwd=tree, timeout=900)

@@ -25,6 +25,7 @@ use strict;
 use warnings;
 
 use Cwd ();
+use File::Temp ();
 use FindBin;
 use Getopt::Long;
 use IPC::Open2 ();
@@ -111,7 +112,8 @@ sub measure {
 # A perl_round.pl --stream process on $tree's client and server, warmed up.
 sub worker {
     my ($tree, $nodes, $guests, $mode, $change) = @_;
-    local $ENV{CRS_BRIDGE_COMMAND} = "env PYTHONPATH=$tree $python -P -m crs_bridge serve";
+    my $path = python_path($tree);
+    local $ENV{CRS_BRIDGE_COMMAND} = "env PYTHONPATH=$path $python -P -m crs_bridge serve";
     my @cmd = ($^X, "$FindBin::Bin/perl_round.pl", '--stream', '--lib', "$tree/perl-client/lib",
         '--json', $opt{json}, '--nodes', $nodes, '--guests', $guests, '--mode', $mode, '--change', $change,
         '--layout', 'third');
@@ -121,6 +123,22 @@ sub worker {
     my ($server) = ask($w, 'rounds 0') =~ /^server (\S+)$/m;
     $w->{server} = $server;
     return $w;
+}
+
+# The PYTHONPATH entry under which crs_bridge, crs_bridge.core and crs_bridge.bridge are $tree's
+# own: the tree itself if it links them into crs_bridge/, else a temporary folder of such links
+# (benchmarks/trees.py says why).
+sub python_path {
+    my ($tree) = @_;
+    return $tree if -e "$tree/crs_bridge/core";
+    my $farm = File::Temp::tempdir('crs-bridge-tree-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+    mkdir "$farm/crs_bridge" or die "cannot make $farm/crs_bridge: $!\n";
+    opendir(my $dir, "$tree/crs_bridge") or die "cannot read $tree/crs_bridge: $!\n";
+    for my $name (grep { !/^\.\.?$/ && $_ ne '__pycache__' } readdir $dir) {
+        symlink("$tree/crs_bridge/$name", "$farm/crs_bridge/$name") or die "cannot link $name: $!\n";
+    }
+    symlink("$tree/$_", "$farm/crs_bridge/$_") or die "cannot link $_: $!\n" for qw(core bridge);
+    return $farm;
 }
 
 sub ask {
