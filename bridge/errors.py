@@ -96,3 +96,11 @@ class MethodUnavailableError(LookupError):
         self.method = method
         self.mode = mode
         self.handle = handle
+
+
+class UnknownMethodError(LookupError):
+    """A method the server does not have."""
+
+    def __init__(self, method: str) -> None:
+        self.method = shorten(method)
+        super().__init__(f"Method not found: '{self.method}'")

@@ -215,7 +215,7 @@ def struct_of(
     options = {"tag_field": tag_field, "tag": tag} if tag is not None else {}
     struct = _defstruct(model.__name__, fields, rename=rename, kw_only=True, forbid_unknown_fields=True, **options)
     if model in _TEXTS:
-        _TEXTS[struct], _COLUMNS[struct] = _TEXTS[model], COLUMNS[model]
+        _TEXTS[struct], _COLUMNS[struct], _MODELS[struct] = _TEXTS[model], COLUMNS[model], model
     return struct
 
 
@@ -229,6 +229,9 @@ _TEXTS: dict[type, dict[str, Any]] = {}
 
 #: Record struct with a :data:`REPEATING` field -> its columns' maker (:data:`COLUMNS`).
 _COLUMNS: dict[type, Callable[[list, Sequence], Any]] = {}
+
+#: Record struct with a :data:`REPEATING` field -> its model.
+_MODELS: dict[type, type[BaseModel]] = {}
 
 #: Params model -> how many members its widest :class:`Untaggable` field has (absent: none).
 _CHOICES: dict[type, int] = {}
@@ -300,6 +303,8 @@ class ParamsDecoder:
         #: Params struct -> its fields that hold records with REPEATING fields: (field, record struct,
         #: the record's field, the decoder of its text).
         self._repeating = {kind: list(_repeating(kind)) for kind in self.kinds}
+        #: The kinds of named params, in the order tried.
+        self._named = [kind for kind in self.kinds if not kind.__struct_config__.array_like]
 
     def decode(self, params: bytes) -> Any:
         """``params`` (JSON) as a struct, or None if the strict decoder refuses them."""
@@ -332,15 +337,30 @@ class ParamsDecoder:
 
     def from_models(self, params: dict) -> Any:
         """``params`` (named, decoded JSON) validated by the models, as a struct: the values they
-        accept, as they give them (ParamsError with their words if they refuse)."""
+        accept, as they give them (ParamsError with their words if they refuse). The model's
+        values become the struct's by msgspec's conversion from attributes (no JSON in between);
+        records with :data:`REPEATING` fields become the records' columns here, as
+        :meth:`checked` makes them of decoded texts."""
         try:
             validated = self.model.model_validate(params)
         except ValidationError as exc:
             raise ParamsError.from_validation(exc) from None
-        struct = self.decode(validated.model_dump_json(by_alias=True).encode())
-        if struct is None:
-            raise AssertionError(f"the strict decoder refuses what {self.model.__name__} gave")
-        return struct
+        for kind in self._named:
+            columns = {}
+            for name, record, field, _ in self._repeating[kind]:
+                records = getattr(validated, name)
+                if type(records) is list and records and type(records[0]) is _MODELS[record]:
+                    rows, distinct = numbered([tuple(getattr(r, field)) for r in records])
+                    columns[name] = _COLUMNS[record](records, RepeatedLists(rows, distinct))
+            values = validated.model_copy(update=dict.fromkeys(columns, []))
+            try:
+                struct = msgspec.convert(values, kind, from_attributes=True)
+            except msgspec.ValidationError:
+                continue  # another member of an untaggable union
+            for name, value in columns.items():
+                setattr(struct, name, value)
+            return struct
+        raise AssertionError(f"no struct of {self.model.__name__} takes what the model gave")
 
 
 def _repeating(params: type[msgspec.Struct]) -> Iterator[tuple]:
