@@ -1,7 +1,8 @@
 """The wire schema: pydantic v2 models for every method's params and result.
 
-This module is the single source of the JSON-RPC contract's shapes (spec ``rpc.md``): the strict
-decoder of :mod:`bridge.wire` is generated from these models, they validate (and word the errors
+This module is the single source of the JSON-RPC contract's params shapes (spec ``rpc.md``; the
+results' are in :mod:`bridge.results`): the strict decoder of :mod:`bridge.wire` is generated from
+these models, they validate (and word the errors
 of) whatever that decoder refuses, and ``rpc.discover`` generates its OpenRPC document from them,
 so none of the three can drift from the others.
 
@@ -43,8 +44,7 @@ from pydantic_core import PydanticCustomError
 
 from ..core.imbalance import DEFAULT_FORMULA
 from ..core.limits import MAX_BYTES, MAX_CORES
-from ..core.verdicts import EXPLAIN_REASONS, HA_MARGIN, HA_THRESHOLD, PLAN_MAX_STEPS, STOP_REASONS
-from .limits import LIMITS
+from ..core.verdicts import HA_MARGIN, HA_THRESHOLD, PLAN_MAX_STEPS
 
 # -- scalar types ---------------------------------------------------------------------------
 
@@ -582,82 +582,7 @@ class DynamicApplyParams(SchedulerParams):
     mutations: InParts(DynamicMutation) = Field(description=_MUTATIONS_DESCRIPTION)
 
 
-# -- results --------------------------------------------------------------------------------
-
-
-class Result(BaseModel):
-    """A result shape (results are built as plain JSON values; these models give their schema)."""
-
-    # Only rpc.discover needs them built; building at import would delay every server's start.
-    model_config = ConfigDict(defer_build=True)
-
-
-class Migration(Result):
-    """Move ``sid`` from ``source-node`` to ``target-node``."""
-
-    sid: str
-    source_node: str = Field(alias="source-node")
-    target_node: str = Field(alias="target-node")
-
-
-class ScoredMigration(Result):
-    """A migration and the node imbalance it would leave (truncated to 15 decimals)."""
-
-    migration: Migration
-    imbalance: float
-
-
-#: ``[node name, score]``: score in [0, 1], higher is better.
-StartScore = tuple[str, float]
-
-
-class SchedulerHandle(Result):
-    """The handle of a new scheduler."""
-
-    scheduler: str
-
-
-class Upstream(Result):
-    """The upstream releases whose semantics crs-bridge follows."""
-
-    crate: list[str] = Field(description="proxmox-resource-scheduling versions (2.0.0 raw, 2.1.0 normalized)")
-    libpve_rs_perl: str = Field(alias="libpve-rs-perl")
-    pve_ha_manager: str = Field(alias="pve-ha-manager")
-
-
-class Limits(Result):
-    """Limits the server enforces."""
-
-    max_message_bytes: int = Field(description=LIMITS["max_message_bytes"])
-    max_nodes: int = Field(description=LIMITS["max_nodes"])
-    max_resources: int = Field(description=LIMITS["max_resources"])
-    max_candidates: int = Field(description=LIMITS["max_candidates"])
-    max_json_depth: int = Field(description=LIMITS["max_json_depth"])
-    max_bytes: int = Field(description="largest byte count accepted (mem, maxmem)")
-    max_cores: float = Field(description="largest core count accepted (cpu, maxcpu)")
-    max_error_details: int = Field(description="at most this many entries in an error's data.errors")
-
-
-class BridgeInfo(Result):
-    """What ``bridge.info`` returns."""
-
-    name: str
-    version: str
-    upstream: Upstream
-    imbalance_formulas: dict[str, str] = Field(description="formula name -> what it computes")
-    default_imbalance: str
-    migration_methods: list[str]
-    framings: dict[str, str] = Field(description="framing name -> how a message is delimited")
-    limits: Limits
-    schedulers: int = Field(description="live scheduler handles")
-
-
-# -- rebalance plan and explanations (params and results) -----------------------------------
-
-#: Why a plan stopped (``stop-reason``).
-StopReason = Literal[STOP_REASONS]
-#: Why an explanation's choice would move (``migrate``) or not.
-ExplainReason = Literal[EXPLAIN_REASONS]
+# -- rebalance plan and explanations -----------------------------------
 
 #: How many choices to explain: an integer >= 1.
 ExplainLimit = Annotated[int, Field(ge=1), BeforeValidator(_integral_float_to_int)]
@@ -703,116 +628,3 @@ class ExplainParams(ClusterParams):
     imbalance: Formula | None = _IMBALANCE
     threshold: Fraction | None = Field(default=None, description=f"{_THRESHOLD}; null: no such check")
     margin: Fraction | None = Field(default=None, description=f"{_MARGIN}; null: no such check")
-
-
-class Loads(Result):
-    """A node's cpu load, memory load and load (their mean): fractions of its capacity (> 1 when
-    overcommitted)."""
-
-    cpu_load: float = Field(alias="cpu-load")
-    mem_load: float = Field(alias="mem-load")
-    load: float
-
-
-class NodeLoad(Loads):
-    """One node's loads."""
-
-    node: str
-
-
-class ClusterLoad(Result):
-    """Every node's loads in node order, and the node imbalance (untruncated)."""
-
-    imbalance: float
-    nodes: list[NodeLoad]
-
-
-class PlanStep(Migration):
-    """One planned move: the bundle led by ``sid`` (all of ``resources``) from ``source-node`` to
-    ``target-node``. ``expected-imbalance`` is the scorer's (truncated) value, as a single-move
-    method returns it; ``imbalance-before``/``-after`` are the planned state's around the move."""
-
-    resources: list[str]
-    expected_imbalance: float = Field(alias="expected-imbalance")
-    imbalance_before: float = Field(alias="imbalance-before")
-    imbalance_after: float = Field(alias="imbalance-after")
-
-
-class RebalancePlan(Result):
-    """The moves in order, why the plan stopped, and every node's load before and after it."""
-
-    method: Method
-    imbalance_formula: Formula = Field(alias="imbalance-formula")
-    threshold: float
-    margin: float
-    max_steps: int | None = Field(alias="max-steps")
-    allow_repeat: bool = Field(alias="allow-repeat")
-    steps: list[PlanStep]
-    stop_reason: StopReason = Field(alias="stop-reason")
-    stop_message: str = Field(alias="stop-message", description="the stop reason as a sentence")
-    before: ClusterLoad
-    after: ClusterLoad
-
-
-class NodeChange(Result):
-    """A node's loads before and after a migration."""
-
-    node: str
-    before: Loads
-    after: Loads
-
-
-class TopsisRow(Result):
-    """A candidate's TOPSIS numbers: raw and normalised criteria (in the order of
-    ``topsis.criteria``), weighted distances to the ideal best and worst, score in [0, 1]."""
-
-    criteria: list[float]
-    normalised: list[float]
-    distance_to_best: float = Field(alias="distance-to-best")
-    distance_to_worst: float = Field(alias="distance-to-worst")
-    score: float
-
-
-class TopsisIdeal(Result):
-    """The TOPSIS reference points: criteria names, weights, ideal best and worst values."""
-
-    criteria: list[str]
-    weights: list[float]
-    ideal_best: list[float] = Field(alias="ideal-best")
-    ideal_worst: list[float] = Field(alias="ideal-worst")
-
-
-class MigrationDetail(Result):
-    """One scored candidate: what the scorer returns for it (``migration``, ``imbalance``), its
-    position in the expanded candidate list, its source and target loads before and after, and
-    (TOPSIS only) its TOPSIS numbers."""
-
-    candidate_index: int = Field(alias="candidate-index")
-    migration: Migration
-    imbalance: float
-    source: NodeChange
-    target: NodeChange
-    topsis: TopsisRow | None = Field(default=None, description="TOPSIS only")
-
-
-class Explanation(Result):
-    """Why the scorer chooses what it chooses, or why nothing should move (``reason`` != 'migrate')."""
-
-    method: Method
-    imbalance_formula: Formula = Field(alias="imbalance-formula")
-    limit: int
-    threshold: float | None
-    margin: float | None
-    current: ClusterLoad
-    candidate_count: int = Field(alias="candidate-count")
-    chosen: list[MigrationDetail] = Field(description="what the scorer returns with limit, best first")
-    runner_up: MigrationDetail | None = Field(alias="runner-up", description="the next one after chosen")
-    best_imbalance: float | None = Field(
-        alias="best-imbalance", description="lowest imbalance any candidate leaves (TOPSIS may choose another)"
-    )
-    relative_improvement: float | None = Field(
-        alias="relative-improvement", description="(current - chosen[0]) / current; null without candidates"
-    )
-    reason: ExplainReason
-    message: str = Field(description="the reason as a sentence")
-    topsis: TopsisIdeal | None = Field(default=None, description="TOPSIS only")

@@ -48,7 +48,7 @@ from .errors import (
 from .limits import ORJSON_MAX_DEPTH, how_to_raise
 from .registry import ANY_MODE, MethodSpec, Variant
 from .schedulers import STAGING_METHODS, State
-from .wire import MessageDecoder, ParamsDecoder, check_call_sizes
+from .wire import MessageDecoder, ParamsDecoder, as_wire, check_call_sizes
 
 log = logging.getLogger("crs-bridge")
 
@@ -306,7 +306,7 @@ class Protocol:
             self.state.staged.pop(handle, None)
         if phases.timing:
             phases.mark("validate")
-        result = variant.run(self.state, params)
+        result = as_wire(spec.result, variant.run(self.state, params))
         if phases.timing:
             # Without this mark a method that marks no phase of its own would have its work
             # counted as the next phase, "encode" (scoring, for example, under scheduler.*).

@@ -17,11 +17,6 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import annotated_types as at
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from pydantic import AfterValidator, BaseModel
-from pydantic.fields import FieldInfo
-
 from crs_bridge.bridge import models as m
 from crs_bridge.bridge.errors import ParamsError
 from crs_bridge.bridge.limits import ServerLimits
@@ -29,7 +24,12 @@ from crs_bridge.bridge.protocol import Protocol, _named
 from crs_bridge.bridge.registry import ANY_MODE
 from crs_bridge.bridge.schedulers import State
 from crs_bridge.bridge.stateless import METHODS
-from crs_bridge.bridge.wire import candidate_counts, struct_of
+from crs_bridge.bridge.structs import struct_of
+from crs_bridge.bridge.wire import candidate_counts
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import AfterValidator, BaseModel
+from pydantic.fields import FieldInfo
 
 NAMES = st.sampled_from(["A", "B", "C", "vm:1", "vm:2", "node-0"])
 #: What a value may be changed into: another type, an empty name, numbers at and beyond the
