@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from operator import attrgetter
 from typing import Any, Literal, Union, get_args, get_origin
 
@@ -295,29 +295,6 @@ _SID, _SOURCE, _TARGET, _STATS = map(attrgetter, ("sid", "source_node", "target_
 _CPU, _MEM = attrgetter("cpu"), attrgetter("mem")
 
 
-class FieldView(Sequence[str]):
-    """One name field of decoded candidates, read in place: the engine maps a column over its node
-    index once and looks at a few rows' sids, so a list of 100k names of its own would cost more
-    than it saves. Iterating maps the field's getter over the records, in C."""
-
-    __slots__ = ("_records", "_get")
-
-    def __init__(self, records: list, get: Callable[[Any], str]) -> None:
-        self._records = records
-        self._get = get
-
-    def __len__(self) -> int:
-        return len(self._records)
-
-    def __getitem__(self, row):  # a row (an int), as the engine asks; a slice gives a list
-        if isinstance(row, slice):
-            return list(map(self._get, self._records[row]))
-        return self._get(self._records[row])
-
-    def __iter__(self) -> Iterator[str]:
-        return map(self._get, self._records)
-
-
 def candidate_columns(candidates: list | CompactColumns) -> CandidateColumns | CompactColumns:
     """Candidates of checked params (one form per list: bundles are columns already, see
     :data:`REPEATING`) as the engine's columns: expanded ones with cpu as float64 cores and mem
@@ -328,7 +305,7 @@ def candidate_columns(candidates: list | CompactColumns) -> CandidateColumns | C
         stats = list(map(_STATS, candidates))
         cpu = np.fromiter(map(_CPU, stats), dtype=np.float64, count=len(stats)) + 0.0  # as unsigned() gives it
         mem = np.fromiter(map(_MEM, stats), dtype=np.int64, count=len(stats))
-        return CandidateColumns(*(FieldView(candidates, get) for get in (_SID, _SOURCE, _TARGET)), cpu, mem)
+        return CandidateColumns(*(list(map(get, candidates)) for get in (_SID, _SOURCE, _TARGET)), cpu, mem)
     return CompactColumns([], [], [])  # none
 
 
