@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from .models import MUTATION_ARGS, UNION_TAGS
+from .models import MUTATION_ARGS
+from .records import UNION_TAGS
 
 #: At most this many entries in an error's ``data.errors``.
 MAX_ERROR_DETAILS = 20

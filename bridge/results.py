@@ -14,7 +14,7 @@ from pydantic import AliasPath, BaseModel, ConfigDict, Field
 
 from ..core.verdicts import EXPLAIN_REASONS, STOP_REASONS
 from .limits import LIMITS
-from .models import Formula, Method
+from .records import Formula, Method
 
 
 def _absent(value: object) -> bool:

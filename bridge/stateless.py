@@ -13,6 +13,7 @@ from ..core.limits import MAX_BYTES, MAX_CORES
 from ..core.scheduler import calculate_node_imbalance, score_migrations, score_nodes_to_start, select_best_migration
 from . import UPSTREAM, __version__, phases, schedulers, wire
 from . import models as m
+from . import records as rec
 from . import results as r
 from .errors import MAX_ERROR_DETAILS
 from .registry import MethodSpec, both, on_scheduler, stateless
@@ -183,7 +184,7 @@ def _info(state: State, p: Any) -> dict:
             "raw": "crate 2.0.0 (libpve-rs-perl 0.13.0): coefficient of variation of node loads",
         },
         "default_imbalance": DEFAULT_FORMULA,
-        "migration_methods": list(get_args(m.Method)),
+        "migration_methods": list(get_args(rec.Method)),
         "framings": dict(FRAMINGS),
         "limits": {
             **state.limits.as_dict(),

@@ -28,15 +28,16 @@ from pydantic.fields import FieldInfo
 
 from ..core import CompactColumns
 from . import models as m
+from . import records as rec
 
 #: The models' validators, and what the strict decoder does for each: a ``lax`` one widens what the
 #: models accept (the strict types refuse the widened inputs, which then go to the models); an
 #: ``errors`` one only shapes the errors of the models; an ``exactly one`` one is checked on the
 #: struct (:meth:`ParamsDecoder.checked`).
 _VALIDATORS = {
-    m._integral_float_to_int: "lax",
-    m._perl_truth: "lax",
-    m._in_parts: "errors",
+    rec._integral_float_to_int: "lax",
+    rec._perl_truth: "lax",
+    rec._in_parts: "errors",
     m.ClusterParams._exactly_one_cluster: "exactly one",  # of the model's exactly_one fields
 }
 #: Fields whose lists repeat from record to record (an HA round's bundles list every node but the
@@ -46,7 +47,7 @@ _VALIDATORS = {
 #: such records over as the engine's columns (:data:`COLUMNS`), the field a
 #: :class:`~core.candidates.RepeatedLists` numbered by the texts: the engine looks each distinct
 #: list up once, and no record is touched again.
-REPEATING = {(m.CompactCandidate, "nodes")}
+REPEATING = {(rec.CompactCandidate, "nodes")}
 
 
 _LEADER, _RESOURCES = attrgetter("leader"), attrgetter("resources")
@@ -59,7 +60,7 @@ def _bundle_columns(bundles: list, nodes: Sequence[Sequence[str]]) -> CompactCol
 
 #: Record model with a :data:`REPEATING` field -> how a list of its records is made columns, given
 #: that field's column.
-COLUMNS: dict[type[BaseModel], Callable[[list, Sequence], Any]] = {m.CompactCandidate: _bundle_columns}
+COLUMNS: dict[type[BaseModel], Callable[[list, Sequence], Any]] = {rec.CompactCandidate: _bundle_columns}
 
 _BOUNDS = {at.Ge: "ge", at.Gt: "gt", at.Le: "le", at.Lt: "lt", at.MinLen: "min_length", at.MaxLen: "max_length"}
 #: Metadata that only describes a type (its JSON schema, its union tag) or that the strict types

@@ -34,6 +34,7 @@ from ..core import (
 )
 from ..core.candidates import RepeatedLists, numbered
 from . import models as m
+from . import records as rec
 from .errors import ParamsError
 from .limits import how_to_raise
 from .structs import COLUMNS_OF, FIELDS, MODEL_OF, TEXTS, defstruct, depth, params_structs, struct_of
@@ -208,8 +209,8 @@ class MessageDecoder:
 
 # -- engine values, and the engine's results as the wire gives them ----------------------------
 
-StaticStats, DynamicStats = struct_of(m.StaticStats), struct_of(m.DynamicStats)
-Candidate = struct_of(m.Candidate)
+StaticStats, DynamicStats = struct_of(rec.StaticStats), struct_of(rec.DynamicStats)
+Candidate = struct_of(rec.Candidate)
 
 
 def unsigned(value: float | None) -> float | None:
@@ -316,7 +317,7 @@ def candidate_counts(candidates: Any) -> tuple[int, int]:
     if type(candidates) is CompactColumns:  # checked: every bundle has both lists (counted in C)
         return int(candidates.nodes.lengths().sum()), sum(map(len, candidates.resources))
     first = candidates[0]
-    if type(first) is Candidate or m.candidate_form(candidates) == "expanded":
+    if type(first) is Candidate or rec.candidate_form(candidates) == "expanded":
         return len(candidates), 0
     expanded = members = 0
     for bundle in candidates:

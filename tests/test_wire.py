@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import annotated_types as at
 import msgspec
 import pytest
-from crs_bridge.bridge import models as m
+from crs_bridge.bridge import records as rec
 from crs_bridge.bridge.errors import ParamsError
 from crs_bridge.bridge.limits import ServerLimits
 from crs_bridge.bridge.protocol import Protocol, _named
@@ -265,7 +265,7 @@ def test_a_rule_the_strict_decoder_does_not_know_fails_its_making():
     """A validator added to the models without teaching the strict decoder is an error at start,
     not a rule the fast way skips."""
 
-    class Rounded(m.Record):
+    class Rounded(rec.Record):
         cores: Annotated[float, AfterValidator(round)]
 
     with pytest.raises(TypeError, match="does not know validator"):
