@@ -52,9 +52,8 @@ class State:
     #: Their OpenRPC document, once ``rpc.discover`` asked for it.
     document: dict | None = None
     #: Schedulers freed since the server last waited for input, deallocated only then
-    #: (:meth:`drop_freed`): a round's first batch frees the last round's scheduler, whose
-    #: objects took longer to free than its new scheduler's nodes took to add (4 x 300: 23 us;
-    #: 48 x 10000: 0.5 ms), on the way to the round's first answers.
+    #: (:meth:`drop_freed`): a round's first batch frees the last round's scheduler, and freeing
+    #: its objects should not delay the round's first answers.
     freed: list[Scheduler] = field(default_factory=list)
     _handles: itertools.count = field(default_factory=lambda: itertools.count(1))
 

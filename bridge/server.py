@@ -36,9 +36,9 @@ from .transport import BriefPoll, Frame, FrameReader, FrameWriter, enlarge_pipe
 
 log = logging.getLogger("crs-bridge")
 
-#: A request at least this big (bytes) is answered at once, before its objects are freed (0.3 ms
-#: for 180 KiB of compact candidates); smaller ones' answers are written with the next ones, and
-#: at the latest before the server waits for input.
+#: A request at least this big (bytes) is answered at once, before its objects are freed (which
+#: takes long enough to matter); smaller ones' answers are written with the next ones, and at the
+#: latest before the server waits for input.
 _SEND_BEFORE_FREEING = 64 << 10
 
 
@@ -96,7 +96,7 @@ _PYDANTIC_PLUGIN_LOADER = "pydantic.plugin._loader"
 def skip_pydantic_plugin_discovery() -> bool:
     """Make pydantic find no plugins without looking for them; False if it already looked.
 
-    The search costs a server start some 5% of its instructions (importing importlib.metadata
+    The search costs a server start a noticeable part of its time (importing importlib.metadata
     with email, zipfile and csv, then reading every installed package's entry points), for
     plugins that would only change how the models validate: this server wants none. The loader
     module is stood in for by one whose ``get_plugins`` finds none (what ``PYDANTIC_DISABLE_PLUGINS``
@@ -165,8 +165,7 @@ def serve(
 
 def _answer(frame: Frame, protocol: Protocol, writer: FrameWriter, trace: IO[str] | None, last: bool) -> None:
     """Answer ``frame``; ``last``: nothing has arrived after it, so the client waits for its
-    answer, which is written at once, before the request is freed (at the next read it would
-    leave some 0.6 us later)."""
+    answer, which is written at once, before the request is freed."""
     if trace is not None:
         started = time.perf_counter()
         phases.start()
