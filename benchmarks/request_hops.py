@@ -4,7 +4,7 @@ One ``score_best_balancing_migrations`` request (8 dynamic nodes, 40 expanded ca
 is served in-process by ``serve()`` of a tree, after a warm-up request, under ``sys.setprofile``.
 From the bytes read to the answer written, every Python function call is looked at: a call is a
 hop when caller and callee are in different counted files. Counted files are the project's own
-(``bridge/``, ``core/``) and jsonrpcserver's (it is on the request path); the standard library,
+(``bridge/``, ``core/``) and jsonrpcserver's (on the request path of older trees); the standard library,
 NumPy, msgspec and pydantic are passed over (their calls back into a counted file still count,
 as from the last counted file that ran). Wire-side files are those not under ``core/``.
 

@@ -306,7 +306,9 @@ class Protocol:
             self.state.staged.pop(handle, None)
         if phases.timing:
             phases.mark("validate")
-        result = as_wire(spec.result, variant.run(self.state, params))
+        result = variant.run(self.state, params)
+        if spec.from_engine:
+            result = as_wire(spec.result, result)
         if phases.timing:
             # Without this mark a method that marks no phase of its own would have its work
             # counted as the next phase, "encode" (scoring, for example, under scheduler.*).

@@ -8,7 +8,7 @@ names; the engine returns its own dataclasses.
 """
 
 # No ``from __future__ import annotations`` here (see bridge/models.py).
-from typing import Literal
+from typing import Any, Literal, get_args
 
 from pydantic import AliasPath, BaseModel, ConfigDict, Field
 
@@ -220,3 +220,14 @@ class Explanation(Result):
     reason: ExplainReason
     message: str = Field(description="the reason as a sentence")
     topsis: TopsisIdeal | None = Field(default=None, description="TOPSIS only", exclude_if=_absent)
+
+
+#: The result models whose values are the engine's (its dataclasses, read by attribute); the other
+#: results are answers the bridge writes itself as JSON values (``bridge.info``, a new handle).
+ENGINE_VALUES = (ScoredMigration, RebalancePlan, Explanation)
+
+
+def from_engine(result: Any) -> bool:
+    """Whether a method's result type ``result`` holds an engine value (a model of
+    :data:`ENGINE_VALUES`, also in a list or as an option)."""
+    return result in ENGINE_VALUES or any(map(from_engine, get_args(result)))
