@@ -9,7 +9,8 @@ NumPy, msgspec and pydantic are passed over (their calls back into a counted fil
 as from the last counted file that ran). Wire-side files are those not under ``core/``.
 
 Run: ``.venv/bin/python benchmarks/request_hops.py [TREE ...]`` (default: this checkout); prints,
-per tree, the wire-side files, the hops, and each hop with how often it happened. The answers are
+per tree, the wire-side files, the hops (also with the engine's files counted as one, so that
+calls within the engine are not hops), and each hop with how often it happened. The answers are
 compared across trees.
 """
 
@@ -102,8 +103,12 @@ def main() -> None:
         answers.add(found["answer"])
         wire = [name for name in found["files"] if not name.startswith("core/")]
         project = [name for name in found["files"] if name.startswith(("bridge/", "core/"))]
+        engine_as_one = [hop for hop in found["hops"] if not all(name.startswith("core/") for name in hop)]
         print(f"{tree}: {len(wire)} wire-side files ({', '.join(wire)}), {len(project)} project files,")
-        print(f"  {len(found['hops'])} hops (calls from one counted file into another):")
+        print(
+            f"  {len(found['hops'])} hops (calls from one counted file into another); "
+            f"{len(engine_as_one)} with core/ counted as one file, the engine:"
+        )
         for (caller, callee), count in collections.Counter(map(tuple, found["hops"])).most_common():
             print(f"    {count:4} {caller} -> {callee}")
         if '"result"' not in found["answer"]:
