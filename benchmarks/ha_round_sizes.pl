@@ -126,18 +126,16 @@ sub worker {
 }
 
 # The PYTHONPATH entry under which crs_bridge, crs_bridge.core and crs_bridge.bridge are $tree's
-# own: the tree itself if it links them into crs_bridge/, else a temporary folder of such links
-# (benchmarks/trees.py says why).
+# own: the tree itself if it links them into crs_bridge/, else a temporary folder with a compiled
+# copy of its crs_bridge/ and links to its core/ and bridge/ (benchmarks/trees.py says why).
 sub python_path {
     my ($tree) = @_;
     return $tree if -e "$tree/crs_bridge/core";
     my $farm = File::Temp::tempdir('crs-bridge-tree-XXXXXX', TMPDIR => 1, CLEANUP => 1);
-    mkdir "$farm/crs_bridge" or die "cannot make $farm/crs_bridge: $!\n";
-    opendir(my $dir, "$tree/crs_bridge") or die "cannot read $tree/crs_bridge: $!\n";
-    for my $name (grep { !/^\.\.?$/ && $_ ne '__pycache__' } readdir $dir) {
-        symlink("$tree/crs_bridge/$name", "$farm/crs_bridge/$name") or die "cannot link $name: $!\n";
-    }
-    symlink("$tree/$_", "$farm/crs_bridge/$_") or die "cannot link $_: $!\n" for qw(core bridge);
+    system($python, '-c', 'import sys; sys.path.insert(0, sys.argv[1]); from trees import python_path; '
+        . 'import shutil; shutil.copytree(python_path(sys.argv[2]), sys.argv[3], dirs_exist_ok=True, symlinks=True)',
+        $FindBin::Bin, $tree, $farm) == 0
+        or die "cannot lay out $tree for PYTHONPATH in $farm\n";
     return $farm;
 }
 

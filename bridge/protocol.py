@@ -333,15 +333,16 @@ class Protocol:
     def _validated(self, spec: MethodSpec, variant: Variant, params: Any) -> Any:
         """The params as a struct of the variant's model, size limits checked: a settled struct
         as it is, decoded JSON by the models."""
+        decoder = self._params[variant.params, spec.positional]
+        if not (isinstance(params, msgspec.Struct) or params):  # none given: [], {} or no member
+            params = decoder.decode(b"{}") or {}  # the models word what is missing
         if isinstance(params, msgspec.Struct):
             check_call_sizes(params, self.state.limits)
             return params
         if type(params) is list:
             params = _named(spec, variant, params)
-        elif type(params) is not dict:
-            params = {}  # none given
         check_call_sizes(params, self.state.limits)  # before the models spend time and memory
-        return self._params[variant.params, spec.positional].from_models(params)
+        return decoder.from_models(params)
 
 
 class _PlainJson:

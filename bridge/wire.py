@@ -12,7 +12,9 @@ the wire's names.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator
+import itertools
+import operator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import attrgetter
 from typing import Any, Literal, Union, get_args, get_origin
 
@@ -84,7 +86,8 @@ class ParamsDecoder:
             records = getattr(params, name)
             if not (type(records) is list and records and type(records[0]) is record):
                 continue  # none, or columns already
-            texts = list(map(bytes, map(attrgetter(field), records)))
+            # b"" + text gives a Raw's bytes without bytes()'s argument parsing (docs/performance.md).
+            texts = list(map(operator.add, itertools.repeat(b""), map(attrgetter(field), records)))
             rows, distinct = numbered(texts)
             try:
                 lists = [decoder.decode(text) for text in distinct]
@@ -291,6 +294,29 @@ _SID, _SOURCE, _TARGET, _STATS = map(attrgetter, ("sid", "source_node", "target_
 _CPU, _MEM = attrgetter("cpu"), attrgetter("mem")
 
 
+class FieldView(Sequence[str]):
+    """One name field of decoded candidates, read in place: the engine maps a column over its node
+    index once and looks at a few rows' sids, and a list of 100k names of its own costs more than
+    that (docs/performance.md). Iterating maps the field's getter over the records, in C."""
+
+    __slots__ = ("_records", "_get")
+
+    def __init__(self, records: list, get: Callable[[Any], str]) -> None:
+        self._records = records
+        self._get = get
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __getitem__(self, row):  # a row (an int), as the engine asks; a slice gives a list
+        if isinstance(row, slice):
+            return list(map(self._get, self._records[row]))
+        return self._get(self._records[row])
+
+    def __iter__(self) -> Iterator[str]:
+        return map(self._get, self._records)
+
+
 def candidate_columns(candidates: list | CompactColumns) -> CandidateColumns | CompactColumns:
     """Candidates of checked params (one form per list: bundles are columns already, see
     :data:`REPEATING`) as the engine's columns: expanded ones with cpu as float64 cores and mem
@@ -301,7 +327,7 @@ def candidate_columns(candidates: list | CompactColumns) -> CandidateColumns | C
         stats = list(map(_STATS, candidates))
         cpu = np.fromiter(map(_CPU, stats), dtype=np.float64, count=len(stats)) + 0.0  # as unsigned() gives it
         mem = np.fromiter(map(_MEM, stats), dtype=np.int64, count=len(stats))
-        return CandidateColumns(*(list(map(get, candidates)) for get in (_SID, _SOURCE, _TARGET)), cpu, mem)
+        return CandidateColumns(*(FieldView(candidates, get) for get in (_SID, _SOURCE, _TARGET)), cpu, mem)
     return CompactColumns([], [], [])  # none
 
 
