@@ -7,13 +7,13 @@ BIN := $(abspath $(VENV))/bin
 
 setup: $(VENV)/.installed
 
-# editable_mode=compat: the sources go on the path through a plain .pth line; the default mode's
-# import finder costs every start of the server ~15 ms (it imports pathlib).
+# An editable install: crs_bridge.core and crs_bridge.bridge are found in core/ and bridge/ by
+# the import finder setuptools installs (its start-up cost: docs/performance.md).
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV) || { echo "make setup: 'python3 -m venv' failed:" \
 	  "install Python's venv module (Debian, Ubuntu: apt install python3-venv) and run make again" >&2; exit 1; }
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --config-settings editable_mode=compat -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test]'
 	$(MAKE) --no-print-directory bytecode
 	touch $@
 

@@ -26,6 +26,7 @@ use strict;
 use warnings;
 
 use Cwd ();
+use File::Temp ();
 use FindBin;
 use Getopt::Long;
 use IPC::Open2 ();
@@ -112,7 +113,8 @@ sub measure {
 # A perl_round.pl --stream process on $tree's client and server, warmed up.
 sub worker {
     my ($tree, $nodes, $guests, $mode, $change) = @_;
-    local $ENV{CRS_BRIDGE_COMMAND} = "env PYTHONPATH=$tree $python -P -m crs_bridge serve";
+    my $path = python_path($tree);
+    local $ENV{CRS_BRIDGE_COMMAND} = "env PYTHONPATH=$path $python -P -m crs_bridge serve";
     my @cmd = ($^X, "$FindBin::Bin/perl_round.pl", '--stream', '--lib', "$tree/perl-client/lib",
         '--json', $opt{json}, '--nodes', $nodes, '--guests', $guests, '--mode', $mode, '--change', $change,
         '--layout', 'third');
@@ -122,6 +124,20 @@ sub worker {
     my ($server) = ask($w, 'rounds 0') =~ /^server (\S+)$/m;
     $w->{server} = $server;
     return $w;
+}
+
+# The PYTHONPATH entry under which crs_bridge, crs_bridge.core and crs_bridge.bridge are $tree's
+# own: the tree itself if it links them into crs_bridge/, else a temporary folder with a compiled
+# copy of its crs_bridge/ and links to its core/ and bridge/ (benchmarks/trees.py says why).
+sub python_path {
+    my ($tree) = @_;
+    return $tree if -e "$tree/crs_bridge/core";
+    my $farm = File::Temp::tempdir('crs-bridge-tree-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+    system($python, '-c', 'import sys; sys.path.insert(0, sys.argv[1]); from trees import python_path; '
+        . 'import shutil; shutil.copytree(python_path(sys.argv[2]), sys.argv[3], dirs_exist_ok=True, symlinks=True)',
+        $FindBin::Bin, $tree, $farm) == 0
+        or die "cannot lay out $tree for PYTHONPATH in $farm\n";
+    return $farm;
 }
 
 sub ask {
