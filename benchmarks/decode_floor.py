@@ -1,7 +1,8 @@
 """How much of an end-to-end answer is only getting the request in: ``crs-bridge serve`` side by
 side with a stand-in that reads each request through the server's own transport, decodes it with
-the server's own strict decoder (msgspec: the fastest path the server has) and answers a constant,
-without validating or scoring anything. Requests alternate between the two; medians are printed.
+the server's own decoder and makes its params the strict structs (msgspec: the fastest path the
+server has) and answers a constant, without the envelope checks, dispatch or scoring. Requests
+alternate between the two; medians are printed.
 
     .venv/bin/python benchmarks/decode_floor.py [--size 64x10000] [--method topsis] [--runs 40]
 
@@ -19,19 +20,19 @@ import time
 
 from bench_e2e import ROOT, SERVER, Cluster, score_request
 
-#: The stand-in: read frames, decode each with the typed decoder, answer a constant.
+#: The stand-in: read frames, decode each and make its params structs, answer a constant.
 _STAND_IN = """
 import os
 from crs_bridge.bridge import models as m
+from crs_bridge.bridge.protocol import decode_json
 from crs_bridge.bridge.transport import FrameReader, enlarge_pipe
-from crs_bridge.bridge.structs import params_structs
-from crs_bridge.bridge.wire import MessageDecoder
+from crs_bridge.bridge.wire import ParamsDecoder
 
-decoder = MessageDecoder({"score_best_balancing_migrations": params_structs(m.ScoreMigrationsParams, False)})
+decoder = ParamsDecoder(m.ScoreMigrationsParams, False)
 enlarge_pipe(0)
 for frame in FrameReader(0, 1 << 28):
-    if decoder.decode(frame.body, 1024) is None:
-        raise SystemExit("the strict decoder did not take the request")
+    if decoder.convert(decode_json(frame.body, 1024)["params"]) is None:
+        raise SystemExit("the strict structs did not take the request")
     os.write(1, b'{"jsonrpc":"2.0","result":[],"id":1}\\n')
 """
 

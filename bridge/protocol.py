@@ -1,28 +1,31 @@
-"""JSON-RPC 2.0 messages over the method tables: decode, check, call, answer.
+"""JSON-RPC 2.0 messages over the method tables, dispatched by jsonrpcserver.
 
 :meth:`Protocol.handle` takes one message (bytes, unframed by :mod:`bridge.transport`) and
-returns the answer bytes, or None when there is nothing to answer (notifications). Its steps:
+returns the answer bytes, or None when there is nothing to answer (notifications). It hands the
+message to ``jsonrpcserver.dispatch_to_serializable`` with:
 
-1. **Decode** the message once, into the typed structs of :mod:`bridge.wire`: envelope, params and
-   records, generated from the models of :mod:`bridge.models` and checked as they are parsed. A
-   message those strict types refuse is decoded as plain JSON instead (orjson, within the depth
-   limit); one that is not JSON is answered -32700.
-2. **Check** each request: a plain JSON one against JSON-RPC's envelope rules (-32600 saying what
-   is wrong, each batch element on its own); params the strict types did not settle against the
-   method's params model (pydantic accepts the lax forms and words every error), which gives the
-   same structs.
-3. **Call** the method with its params struct and **answer**: its result, or the error that
-   :func:`error_for` makes of what it raised (the one place where exceptions become error codes).
+1. **the deserializer** :func:`decode_json`: the one decode of the message (orjson within the
+   depth limit, integers beyond 64 bits exact); what it refuses jsonrpcserver answers -32700
+   "Parse error", the decoder's words as ``data``;
+2. **the validator** :func:`check_envelope`: JSON-RPC's envelope rules (:func:`request_problem`)
+   for the request or every element of a batch; jsonrpcserver answers a refused message -32600
+   "Invalid request" as a whole, and the problem is logged;
+3. **the methods**: one function per method name (:meth:`Protocol._method`) that checks the params
+   against the method's params declaration (the strict structs of :mod:`bridge.wire` where they
+   take them, else the models, which word every error), runs the method and gives
+   ``Success(result)``, or the ``Error`` that :func:`error_for` makes of what it raised (the one
+   place where exceptions become error codes).
+
+The answer is encoded with orjson (:meth:`Protocol.encode`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
-import msgspec
 import orjson
+from jsonrpcserver import Error, Result, Success, dispatch_to_serializable
 
 from ..core import InvalidInputError, SchedulingError
 from . import models as m
@@ -32,7 +35,6 @@ from .codes import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
-    PARSE_ERROR,
     SCHEDULING_ERROR,
     UNKNOWN_HANDLE,
 )
@@ -42,13 +44,12 @@ from .errors import (
     MutationError,
     ParamsError,
     UnknownHandleError,
-    UnknownMethodError,
     shorten,
 )
 from .limits import ORJSON_MAX_DEPTH, how_to_raise
 from .registry import ANY_MODE, MethodSpec, Variant
 from .schedulers import STAGING_METHODS, State
-from .wire import MessageDecoder, ParamsDecoder, as_wire, check_call_sizes
+from .wire import ParamsDecoder, as_wire, check_call_sizes
 
 log = logging.getLogger("crs-bridge")
 
@@ -89,8 +90,24 @@ def _json_type(value: Any) -> str:
     return _JSON_TYPES.get(type(value), "object")
 
 
+def check_envelope(decoded: Any) -> None:
+    """jsonrpcserver's validator: raise ValueError saying what is wrong when ``decoded`` (a decoded
+    message) is not a request or a non-empty batch of requests (:func:`request_problem`).
+    jsonrpcserver answers it -32600 with a fixed text, so the problem is logged for the operator."""
+    requests = decoded if type(decoded) is list else [decoded]
+    problem = None if requests else "empty batch"
+    for index, request in enumerate(requests):
+        problem = request_problem(request)
+        if problem is not None:
+            problem = f"batch element {index}: {problem}" if type(decoded) is list else problem
+            break
+    if problem is not None:
+        log.info("invalid request: %s", problem)
+        raise ValueError(problem)
+
+
 #: What the message of an error answered with a null id opens with, by code.
-_TITLES = {PARSE_ERROR: "Parse error", INVALID_REQUEST: "Invalid request", INTERNAL_ERROR: "Internal error"}
+_TITLES = {INVALID_REQUEST: "Invalid request", INTERNAL_ERROR: "Internal error"}
 
 
 def error_response(code: int, detail: str) -> dict:
@@ -103,8 +120,6 @@ def error_response(code: int, detail: str) -> dict:
 def error_for(exc: Exception) -> tuple[int, str, Any]:
     """The JSON-RPC error ``(code, message, data)`` for an exception raised by a call (``data``
     None: left out)."""
-    if isinstance(exc, UnknownMethodError):
-        return METHOD_NOT_FOUND, f"Method not found: '{exc.method}'", exc.method
     if isinstance(exc, MutationError):  # the entry's own error, saying which entry it was
         code, message, data = error_for(exc.cause)
         return code, message, {**(data or {}), "index": exc.index, "method": exc.method}
@@ -137,6 +152,9 @@ def _invalid_params(errors: list[tuple[str, str]]) -> tuple[int, str, dict]:
 
 class TooDeep(ValueError):
     """A message nested deeper than the configured limit (it is valid JSON otherwise)."""
+
+    def __init__(self, max_depth: int) -> None:
+        super().__init__(f"JSON nested deeper than the limit of {max_depth} levels ({how_to_raise('max_json_depth')})")
 
 
 #: Messages up to this size (bytes) are decoded unpadded when their brackets are few.
@@ -203,12 +221,9 @@ class Protocol:
             for spec in state.methods.values()
             for variant in spec.variants.values()
         }
-        self._messages = MessageDecoder({spec.name: self._kinds(spec) for spec in state.methods.values()})
+        #: jsonrpcserver's methods table: method name -> ``(state, *args, **kwargs) -> Result``.
+        self.methods = {name: self._method(spec) for name, spec in state.methods.items()}
         self._decoded: Any = None
-
-    def _kinds(self, spec: MethodSpec) -> list[Any]:
-        models = dict.fromkeys(variant.params for variant in spec.variants.values())
-        return [kind for model in models for kind in self._params[model, spec.positional].kinds]
 
     def handle(self, message: bytes) -> bytes | None:
         """Answer one message (a request or a batch); None when there is nothing to answer.
@@ -216,27 +231,10 @@ class Protocol:
         The decoded message is kept until :meth:`release` (or the next message): freeing the
         objects of a big request takes tens of ms, better spent after its answer is sent.
         """
-        max_depth = self.state.limits.max_json_depth
-        self._decoded = decoded = self._messages.decode(message, max_depth)
-        plain = _PlainJson(message, max_depth)
-        if decoded is None:
-            try:
-                self._decoded = decoded = plain.message()
-            except orjson.JSONDecodeError as exc:
-                return self.encode(error_response(PARSE_ERROR, str(exc)))
-            except TooDeep as exc:
-                problem = f"JSON nested deeper than the limit of {exc} levels ({how_to_raise('max_json_depth')})"
-                return self.encode(error_response(INVALID_REQUEST, problem))
-        if phases.timing:
-            phases.mark("decode")
-        if type(decoded) is not list:
-            answer = self._answer(decoded, plain.params_of)
-            return None if answer is None else self.encode(answer)
-        if not decoded:
-            return self.encode(error_response(INVALID_REQUEST, "empty batch"))
-        answers = [self._answer(request, plain.params_of, index) for index, request in enumerate(decoded)]
-        answers = [answer for answer in answers if answer is not None]
-        return self.encode(answers) if answers else None
+        answer = dispatch_to_serializable(
+            message, self.methods, context=self.state, deserializer=self._decode, validator=check_envelope
+        )
+        return None if answer is None else self.encode(answer)
 
     def release(self) -> None:
         """Free the last message's decoded objects (see :meth:`handle`)."""
@@ -263,42 +261,41 @@ class Protocol:
 
             return json.dumps(response, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
-    def _answer(self, request: Any, params_of: Callable[[int | None], Any], index: int | None = None) -> dict | None:
-        """The response to one request (a struct or decoded JSON); None to a notification.
-        ``params_of(index)`` gives the request's params as decoded JSON."""
-        if isinstance(request, msgspec.Struct):
-            name, ident = self._messages.methods[type(request)], request.id
-            params = {} if request.params is msgspec.UNSET else request.params
-        else:
-            problem = request_problem(request)
-            if problem is not None:
-                return error_response(INVALID_REQUEST, problem)
-            name, ident, params = request["method"], request.get("id", msgspec.UNSET), request.get("params", {})
+    def _decode(self, message: bytes) -> Any:
+        """jsonrpcserver's deserializer: the message as decoded JSON (orjson.JSONDecodeError,
+        TooDeep), kept until :meth:`release`."""
+        self._decoded = None
         try:
-            result = self._call(name, params, lambda: params_of(index))
-        except Exception as exc:  # bugs are logged by error_for
-            code, message, data = error_for(exc)
-            error = {"code": code, "message": message}
-            if data is not None:
-                error["data"] = data
-            return None if ident is msgspec.UNSET else {"jsonrpc": "2.0", "error": error, "id": ident}
-        return None if ident is msgspec.UNSET else {"jsonrpc": "2.0", "result": result, "id": ident}
+            decoded = decode_json(message, self.state.limits.max_json_depth)
+        except ValueError as exc:
+            log.info("parse error: %s", exc)
+            raise
+        self._decoded = decoded = _with_exact_integers(message, decoded)
+        if phases.timing:
+            phases.mark("decode")
+        return decoded
 
-    def _call(self, name: str, params: Any, as_json: Callable[[], Any]) -> Any:
-        """Run method ``name`` with ``params``: a struct (the strict decoder took them) or decoded
-        JSON (an array or an object); ``as_json()`` gives them as decoded JSON. Changes state only
-        once the params passed every check."""
-        spec = self.state.methods.get(name)
-        if spec is None:
-            raise UnknownMethodError(name)
-        typed = isinstance(params, msgspec.Struct)
+    def _method(self, spec: MethodSpec) -> Any:
+        """The entry of :attr:`methods` for ``spec``: params as jsonrpcserver passes them (an array's
+        elements, or an object's members), the answer a jsonrpcserver Result."""
+
+        def method(state: State, /, *args: Any, **kwargs: Any) -> Result:
+            try:
+                return Success(self._call(spec, list(args) if args else kwargs))
+            except Exception as exc:  # bugs are logged by error_for
+                code, message, data = error_for(exc)
+                return Error(code, message) if data is None else Error(code, message, data)
+
+        return method
+
+    def _call(self, spec: MethodSpec, params: list | dict) -> Any:
+        """Run method ``spec`` with ``params`` (decoded JSON). Changes state only once the params
+        passed every check."""
         if spec.stateful:
-            handle = params.scheduler if typed else _handle(params)
+            handle = _handle(params)
             variant = self._variant(spec, handle)
         else:
             variant = spec.variants[ANY_MODE]
-        if typed and not self._settled(spec, variant, params):
-            params = as_json()  # another mode's params, or refused by a check left after decoding
         params = self._validated(spec, variant, params)
         if spec.stateful and self.state.staged and spec.name not in STAGING_METHODS:
             # Staged candidates were expanded on the state of their staging: any other valid call
@@ -324,48 +321,20 @@ class Protocol:
             raise MethodUnavailableError(spec.name, mode, handle)
         return spec.variants[mode]
 
-    def _settled(self, spec: MethodSpec, variant: Variant, params: msgspec.Struct) -> bool:
-        """Whether the strict decoder settled ``params``: they are a struct of the variant's model
-        (not another mode's) and pass the checks left after decoding."""
+    def _validated(self, spec: MethodSpec, variant: Variant, params: list | dict) -> Any:
+        """The params as a struct of the variant's model, size limits checked: by the strict
+        structs where they take them, else by the models (which word every error)."""
         decoder = self._params[variant.params, spec.positional]
-        return type(params) in decoder.structs and decoder.checked(params) is not None
-
-    def _validated(self, spec: MethodSpec, variant: Variant, params: Any) -> Any:
-        """The params as a struct of the variant's model, size limits checked: a settled struct
-        as it is, decoded JSON by the models."""
-        decoder = self._params[variant.params, spec.positional]
-        if not (isinstance(params, msgspec.Struct) or params):  # none given: [], {} or no member
-            params = decoder.decode(b"{}") or {}  # the models word what is missing
-        if isinstance(params, msgspec.Struct):
-            check_call_sizes(params, self.state.limits)
-            return params
+        if not params:  # none given: [], {} or no member
+            params = decoder.decode(b"{}")  # the models word what is missing
+            if params is not None:
+                return params
+            params = {}
         if type(params) is list:
             params = _named(spec, variant, params)
         check_call_sizes(params, self.state.limits)  # before the models spend time and memory
-        return decoder.from_models(params)
-
-
-class _PlainJson:
-    """A message decoded as plain JSON, on first need: the whole message when the strict decoder
-    refuses it, or the params of a request whose struct the strict types did not settle."""
-
-    def __init__(self, message: bytes, max_depth: int) -> None:
-        self._message = message
-        self._max_depth = max_depth
-        self._decoded: Any = None
-
-    def message(self) -> Any:
-        """The message as decoded JSON (orjson.JSONDecodeError, TooDeep)."""
-        if self._decoded is None:
-            self._decoded = _with_exact_integers(self._message, decode_json(self._message, self._max_depth))
-        return self._decoded
-
-    def params_of(self, index: int | None) -> Any:
-        """The params of request ``index`` of a batch (None: of the message, a single request), as
-        decoded JSON ({} when none are given)."""
-        decoded = self.message()
-        request = decoded if index is None else decoded[index]
-        return request.get("params", {})
+        struct = decoder.convert(params)
+        return decoder.from_models(params) if struct is None else struct
 
 
 def _handle(params: list | dict) -> Any:

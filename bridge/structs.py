@@ -41,12 +41,11 @@ _VALIDATORS = {
     m.ClusterParams._exactly_one_cluster: "exactly one",  # of the model's exactly_one fields
 }
 #: Fields whose lists repeat from record to record (an HA round's bundles list every node but the
-#: guest's own: a few dozen distinct lists for thousands of bundles). The strict decoder keeps each
-#: as JSON text; :meth:`ParamsDecoder.checked` decodes (checks) each distinct text once, by the
-#: field's own type, into one tuple that the records with that text share, and hands a list of
-#: such records over as the engine's columns (:data:`COLUMNS`), the field a
-#: :class:`~core.candidates.RepeatedLists` numbered by the texts: the engine looks each distinct
-#: list up once, and no record is touched again.
+#: guest's own: a few dozen distinct lists for thousands of bundles). The strict structs take each
+#: as a tuple; :meth:`ParamsDecoder.checked` numbers the distinct tuples and hands a list of such
+#: records over as the engine's columns (:data:`COLUMNS`), the field a
+#: :class:`~core.candidates.RepeatedLists`: the engine looks each distinct list up once, and no
+#: record is touched again.
 REPEATING = {(rec.CompactCandidate, "nodes")}
 
 
@@ -187,7 +186,7 @@ def struct_of(
             if model not in COLUMNS:
                 raise TypeError(f"the strict decoder has no columns for {model.__name__}'s repeating {name}")
             TEXTS.setdefault(model, {})[name] = kind
-            kind = msgspec.Raw
+            kind = tuple[(get_args(kind)[0], ...)]  # hashable: numbered by value
         if info.is_required():
             fields.append((name, kind))
         else:
@@ -241,18 +240,3 @@ def params_structs(model: type[m.Params], positional: bool) -> list[type[msgspec
                 defstruct(f"{model.__name__}Array", fields, array_like=True, kw_only=True, forbid_unknown_fields=True)
             )
     return kinds
-
-
-@functools.cache
-def depth(kind: Any) -> int:
-    """How deep a value of msgspec type ``kind`` nests arrays and objects."""
-    while get_origin(kind) is Annotated:
-        kind = get_args(kind)[0]
-    if get_origin(kind) in (Union, types.UnionType):
-        return max(map(depth, get_args(kind)))
-    if get_origin(kind) in (list, tuple):
-        return 1 + max(map(depth, get_args(kind)), default=0)
-    if kind in FIELDS:
-        texts = TEXTS.get(kind, {})
-        return 1 + max((depth(texts.get(field[0], field[1])) for field in FIELDS[kind]), default=0)
-    return 0

@@ -1,10 +1,10 @@
 """The wire side of a call: requests decoded into the structs of :mod:`bridge.structs`, the
 engine values made of them, and the engine's results in wire form.
 
-:class:`MessageDecoder` decodes a whole message (a request or a batch: envelope, params, records)
-strictly into structs, checking every value as it parses. A request it refuses goes to the models,
-in one place (:meth:`ParamsDecoder.from_models`): they accept the lax cases and word every error,
-and their values become the same structs. So a method gets one type per param, whichever way the
+:class:`ParamsDecoder` makes a method's params (decoded JSON) the structs of its params model,
+by msgspec's strict conversion, checking every value. Params it refuses go to the models, in one
+place (:meth:`ParamsDecoder.from_models`): they accept the lax cases and word every error, and
+their values become the same structs. So a method gets one type per param, whichever way the
 request came in. Results go out through their result models (:mod:`bridge.results`), which write
 the wire's names.
 """
@@ -12,11 +12,9 @@ the wire's names.
 from __future__ import annotations
 
 import functools
-import itertools
-import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import attrgetter
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, get_args, get_origin
 
 import msgspec
 import numpy as np
@@ -37,7 +35,7 @@ from . import models as m
 from . import records as rec
 from .errors import ParamsError
 from .limits import how_to_raise
-from .structs import COLUMNS_OF, FIELDS, MODEL_OF, TEXTS, defstruct, depth, params_structs, struct_of
+from .structs import COLUMNS_OF, FIELDS, MODEL_OF, TEXTS, params_structs, struct_of
 
 # -- decoding ---------------------------------------------------------------------------------
 
@@ -65,7 +63,7 @@ class ParamsDecoder:
         self._decoders = [msgspec.json.Decoder(kind) for kind in self.kinds]
         self._exactly_one = getattr(model, "exactly_one", ())
         #: Params struct -> its fields that hold records with REPEATING fields: (field, record struct,
-        #: the record's field, the decoder of its text).
+        #: the record's field).
         self._repeating = {kind: list(_repeating(kind)) for kind in self.kinds}
         #: The kinds of named params, in the order tried.
         self._named = [kind for kind in self.kinds if not kind.__struct_config__.array_like]
@@ -75,27 +73,28 @@ class ParamsDecoder:
         struct = _first(self._decoders, params)
         return None if struct is None else self.checked(struct)
 
+    def convert(self, params: dict) -> Any:
+        """``params`` (named, decoded JSON) as a struct, or None if the strict structs refuse them
+        (the models then decide): msgspec's strict conversion, then :meth:`checked`."""
+        for kind in self._named:
+            try:
+                struct = msgspec.convert(params, kind)
+            except (msgspec.ValidationError, RecursionError):
+                continue
+            return self.checked(struct)
+        return None
+
     def checked(self, params: Any) -> Any:
         """``params`` (a struct) once the checks left after decoding pass it, else None: the model's
-        own (exactly one of its ``exactly_one`` fields given), and the texts of :data:`REPEATING`
-        fields (a list of their records is then the records' columns)."""
+        own (exactly one of its ``exactly_one`` fields given); a list of records with
+        :data:`REPEATING` fields then becomes the records' columns."""
         if self._exactly_one and sum(getattr(params, name) is not None for name in self._exactly_one) != 1:
             return None
-        columns = []
-        for name, record, field, decoder in self._repeating.get(type(params), ()):
+        for name, record, field in self._repeating.get(type(params), ()):
             records = getattr(params, name)
-            if not (type(records) is list and records and type(records[0]) is record):
-                continue  # none, or columns already
-            # b"" + text gives a Raw's bytes without bytes()'s argument parsing (docs/performance.md).
-            texts = list(map(operator.add, itertools.repeat(b""), map(attrgetter(field), records)))
-            rows, distinct = numbered(texts)
-            try:
-                lists = [decoder.decode(text) for text in distinct]
-            except REFUSED:
-                return None
-            columns.append((name, COLUMNS_OF[record](records, RepeatedLists(rows, lists))))
-        for name, value in columns:  # once every check passed: refused params keep their records
-            setattr(params, name, value)
+            if type(records) is list and records and type(records[0]) is record:  # else none, or columns
+                rows, distinct = numbered(list(map(attrgetter(field), records)))
+                setattr(params, name, COLUMNS_OF[record](records, RepeatedLists(rows, distinct)))
         return params
 
     def from_models(self, params: dict) -> Any:
@@ -103,14 +102,14 @@ class ParamsDecoder:
         accept, as they give them (ParamsError with their words if they refuse). The model's
         values become the struct's by msgspec's conversion from attributes (no JSON in between);
         records with :data:`REPEATING` fields become the records' columns here, as
-        :meth:`checked` makes them of decoded texts."""
+        :meth:`checked` makes them of the structs."""
         try:
             validated = self.model.model_validate(params)
         except ValidationError as exc:
             raise ParamsError.from_validation(exc) from None
         for kind in self._named:
             columns = {}
-            for name, record, field, _ in self._repeating[kind]:
+            for name, record, field in self._repeating[kind]:
                 records = getattr(validated, name)
                 if type(records) is list and records and type(records[0]) is MODEL_OF[record]:
                     rows, distinct = numbered([tuple(getattr(r, field)) for r in records])
@@ -130,80 +129,8 @@ def _repeating(params: type[msgspec.Struct]) -> Iterator[tuple]:
     """The fields of a params struct that hold lists of records with :data:`REPEATING` fields."""
     for name, kind, *_ in FIELDS[params]:
         (record,) = get_args(kind) if get_origin(kind) is list else (None,)
-        for field, text in TEXTS.get(record, {}).items():
-            yield name, record, field, msgspec.json.Decoder(tuple[(get_args(text)[0], ...)])
-
-
-class MessageDecoder:
-    """Whole messages (a request or a batch) decoded strictly into structs: a request is a struct
-    tagged by its method, its ``params`` a struct of its params model.
-
-    ``params_kinds``: method -> the kinds its params may take (:attr:`ParamsDecoder.kinds` of its
-    models), tried in order: named params first, then positional ones (a method without kinds of
-    a form takes its others). Within a form the first decoder takes each method's first kind, the
-    next its second (or its last), and so on: a client sends every request of a batch in one form,
-    so the batch is taken whole (a Perl round's, a new scheduler's and a dynamic scheduler's
-    mutations, named, by the second decoder).
-    """
-
-    def __init__(self, params_kinds: dict[str, list[Any]]) -> None:
-        self.methods: dict[type, str] = {}
-        unions, made = {}, {}
-        for positional in (False, True):
-            forms = {
-                name: [kind for kind in kinds if kind.__struct_config__.array_like is positional] or kinds
-                for name, kinds in params_kinds.items()
-            }
-            for choice in range(max(map(len, forms.values()))):
-                union = []
-                for name, kinds in forms.items():
-                    kind = kinds[min(choice, len(kinds) - 1)]
-                    union.append(made.get((name, kind)) or made.setdefault((name, kind), self._request(name, kind)))
-                unions[tuple(union)] = None
-        requests = [Union[union] for union in unions]  # noqa: UP007 (built from a tuple)
-        self._decoders = [msgspec.json.Decoder(list[request] | request) for request in requests]
-        self._requests = [msgspec.json.Decoder(request) for request in requests]
-        self._batch = msgspec.json.Decoder(list[msgspec.Raw])
-        self._as_sent: dict[str, msgspec.json.Decoder] = {}
-        #: The deepest valid message (a batch of the deepest request).
-        self.depth = 1 + max(map(depth, requests))
-
-    def _request(self, name: str, params: Any) -> type[msgspec.Struct]:
-        fields = [
-            ("jsonrpc", Literal["2.0"]),
-            ("id", Union[str, int, float, None], msgspec.UNSET),  # noqa: UP007
-            ("params", params, msgspec.UNSET),
-        ]
-        request = defstruct("Request", fields, tag_field="method", tag=name, forbid_unknown_fields=True)
-        self.methods[request] = name
-        return request
-
-    def as_sent(self, method: str) -> msgspec.json.Decoder:
-        """The decoder of one request of ``method`` whose params stay JSON text (a Raw), its
-        envelope as :meth:`decode` takes it (its struct is one of :attr:`methods`)."""
-        decoder = self._as_sent.get(method)
-        if decoder is None:
-            decoder = self._as_sent[method] = msgspec.json.Decoder(self._request(method, msgspec.Raw))
-        return decoder
-
-    def decode(self, message: bytes, max_depth: int) -> Any:
-        """The request or batch in ``message`` as structs; None if the strict decoder refuses it,
-        or cannot tell it within ``max_depth`` (the models then decide)."""
-        if max_depth < self.depth:
-            return None
-        decoded = _first(self._decoders, message)
-        return self._request_by_request(message) if decoded is None else decoded
-
-    def _request_by_request(self, message: bytes) -> list | None:
-        """A batch that no one decoder takes whole, its requests' params of kinds no one decoder
-        pairs (a new scheduler's named params and a dynamic scheduler's mutations, as a Perl
-        round sends them together), decoded request by request; None if a request is refused."""
-        try:
-            raws = self._batch.decode(message)
-        except REFUSED:
-            return None
-        requests = [_first(self._requests, raw) for raw in raws]
-        return None if None in requests else requests
+        for field in TEXTS.get(record, {}):
+            yield name, record, field
 
 
 # -- engine values, and the engine's results as the wire gives them ----------------------------

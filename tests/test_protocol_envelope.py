@@ -1,5 +1,7 @@
 """JSON-RPC 2.0 envelopes against the real server: parse errors, invalid requests, batches,
-notifications, unknown methods and internal errors."""
+notifications, unknown methods and internal errors. jsonrpcserver words the answers to what is
+not JSON, not a request, or an unknown method; the server logs what is wrong with an invalid
+request (at level info)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import os
 import select
 import subprocess
 import sys
+import time
 
 import orjson
 import pytest
@@ -17,8 +20,22 @@ from tests import ROOT
 
 @pytest.fixture(scope="module")
 def bridge():
-    with BridgeClient(["--debug-methods"]) as client:
+    with BridgeClient(["--debug-methods", "--log-level", "info"]) as client:
         yield client
+
+
+#: jsonrpcserver's answer to a message that is not a request or a non-empty batch of requests.
+INVALID_REQUEST = {"code": -32600, "message": "Invalid request", "data": "The request failed schema validation"}
+
+
+def logged(bridge: BridgeClient, text: str) -> str:
+    """The server's log once it holds ``text`` (its writer thread writes whenever it runs: the log
+    is read until then; the wait is bounded only so that a missing record fails the test)."""
+    deadline = time.monotonic() + 60
+    while text not in bridge.stderr():
+        assert time.monotonic() < deadline, f"{text!r} not logged; the log: {bridge.stderr()!r}"
+        time.sleep(0.05)
+    return bridge.stderr()
 
 
 def error_of(answer: dict) -> tuple[int, str]:
@@ -29,8 +46,8 @@ def error_of(answer: dict) -> tuple[int, str]:
 def test_parse_error_says_where(bridge):
     bridge.send_raw(b'{"jsonrpc": "2.0", "id": 1, "method": "bridge.info",, }')
     answer = bridge.read()
-    code, message = error_of(answer)
-    assert code == -32700 and "line 1 column" in message
+    assert answer["error"]["code"] == -32700 and answer["error"]["message"] == "Parse error"
+    assert "line 1 column" in answer["error"]["data"]
     assert answer["id"] is None
 
 
@@ -49,12 +66,12 @@ def test_parse_error_says_where(bridge):
         ({"jsonrpc": "2.0", "id": 1, "method": "bridge.info", "extra": 1}, "extra"),
     ],
 )
-def test_invalid_request_says_what_is_wrong(bridge, request_, problem):
+def test_invalid_request_is_refused_and_what_is_wrong_is_logged(bridge, request_, problem):
     bridge.send(request_)
     answer = bridge.read()
-    code, message = error_of(answer)
-    assert code == -32600 and problem in message
-    assert answer["id"] is None
+    assert answer == {"jsonrpc": "2.0", "error": INVALID_REQUEST, "id": None}
+    last = logged(bridge, "invalid request: ").rsplit("invalid request: ", 1)[1]
+    assert problem in last.splitlines()[0]
 
 
 def test_null_id_is_a_request_not_a_notification(bridge):
@@ -71,51 +88,59 @@ def test_string_and_fractional_ids_are_echoed(bridge):
 
 def test_empty_batch_gets_one_invalid_request_error(bridge):
     bridge.send([])
-    answer = bridge.read()
-    assert isinstance(answer, dict)
-    code, message = error_of(answer)
-    assert code == -32600 and "empty batch" in message
+    assert bridge.read() == {"jsonrpc": "2.0", "error": INVALID_REQUEST, "id": None}
+    assert "invalid request: empty batch" in logged(bridge, "invalid request: empty batch")
+
+
+def test_a_batch_with_an_invalid_element_is_refused_whole_and_runs_nothing(bridge):
+    before = bridge.call("bridge.info")["schedulers"]
+    batch = [
+        bridge.message("scheduler.new", {"mode": "static"}, "new"),
+        bridge.message("bridge.info", None, "info"),
+        1,  # invalid element
+    ]
+    bridge.send(batch)
+    assert bridge.read() == {"jsonrpc": "2.0", "error": INVALID_REQUEST, "id": None}
+    assert "invalid request: batch element 2: a request must be an object, got number" in logged(
+        bridge, "batch element 2"
+    )
+    assert bridge.call("bridge.info")["schedulers"] == before
 
 
 def test_mixed_batch_answers_each_request_but_no_notification(bridge):
     batch = [
         bridge.message("scheduler.new", {"mode": "static"}, "new"),
         bridge.message("bridge.info"),  # notification
-        1,  # invalid element
         bridge.message("no.such.method", None, "missing"),
         bridge.message("calculate_node_imbalance", {"usage": {"mode": "static", "nodes": []}}, "imbalance"),
     ]
     bridge.send(batch)
     answers = bridge.read()
-    assert isinstance(answers, list) and [a["id"] for a in answers] == ["new", None, "missing", "imbalance"]
+    assert isinstance(answers, list) and [a["id"] for a in answers] == ["new", "missing", "imbalance"]
     by_id = {a["id"]: a for a in answers}
     assert by_id["new"]["result"]["scheduler"].startswith("s")
-    assert error_of(by_id[None])[0] == -32600
     assert error_of(by_id["missing"])[0] == -32601
     assert by_id["imbalance"]["result"] == 0.0
 
 
-def test_batch_answers_are_in_request_order_among_invalid_requests_and_notifications(bridge):
-    """Each answer in its request's place: the valid requests run in one dispatch, in order (a
-    notification's new scheduler counts for the next request), invalid ones are answered apart."""
+def test_batch_answers_are_in_request_order_among_notifications(bridge):
+    """Each answer in its request's place: the requests run in order (a notification's new
+    scheduler counts for the next request)."""
     before = bridge.call("bridge.info")["schedulers"]
     batch = [
-        {"jsonrpc": "2.0", "method": 7, "id": "bad method"},
         bridge.message("scheduler.new", {"mode": "static"}),  # notification
         bridge.message("bridge.info", None, "info"),
         bridge.message("scheduler.free", ["no-such-handle"], "free"),
-        "not a request",
         bridge.message("scheduler.new", {"mode": "dynamic", "scheduler": "ordered"}, "new"),
         bridge.message("scheduler.list_nodes", ["ordered"], "nodes"),
         bridge.message("no.such.method"),  # notification of an unknown method: no answer
     ]
     bridge.send(batch)
     answers = bridge.read()
-    assert [a["id"] for a in answers] == [None, "info", "free", None, "new", "nodes"]
-    assert error_of(answers[0])[0] == error_of(answers[3])[0] == -32600
-    assert answers[1]["result"]["schedulers"] == before + 1
-    assert error_of(answers[2])[0] == -32001
-    assert answers[4]["result"] == {"scheduler": "ordered"} and answers[5]["result"] == []
+    assert [a["id"] for a in answers] == ["info", "free", "new", "nodes"]
+    assert answers[0]["result"]["schedulers"] == before + 1
+    assert error_of(answers[1])[0] == -32001
+    assert answers[2]["result"] == {"scheduler": "ordered"} and answers[3]["result"] == []
     bridge.call("scheduler.free", ["ordered"])
 
 
@@ -137,8 +162,8 @@ def test_notification_runs_without_an_answer(bridge):
 
 
 def test_unknown_method_is_named(bridge):
-    code, message = error_of(bridge.request("score_best_balancing_migration"))
-    assert code == -32601 and "'score_best_balancing_migration'" in message
+    answer = bridge.request("score_best_balancing_migration")
+    assert answer["error"] == {"code": -32601, "message": "Method not found", "data": "score_best_balancing_migration"}
 
 
 def test_internal_error_is_logged_and_the_server_keeps_serving():

@@ -1,11 +1,11 @@
-"""The strict decoder agrees with the models: one property, over requests drawn from the schema.
+"""The strict structs agree with the models: one property, over requests drawn from the schema.
 
 Requests of every method are drawn from its params model (bridge/models.py): valid values, values
 at and beyond every bound, the lax forms the models accept (integral floats, Perl truthiness,
 negative zero, unknown keys), wrong types, missing and unknown fields, named and positional. For
-each, the strict decoder of whole messages either refuses it (the models then decide), or takes
-params that the models accept too, with the same values; and the server answers it the same
-whether the strict decoder is used or not.
+each, the strict structs (msgspec's conversion of the decoded params) either refuse them (the
+models then decide), or take params that the models accept too, with the same values; and the
+server answers it the same whether the strict structs are used or not.
 """
 
 from __future__ import annotations
@@ -136,10 +136,15 @@ REQUESTS = st.sampled_from(METHODS).flatmap(lambda spec: st.tuples(st.just(spec)
 
 
 def _protocols() -> tuple[Protocol, Protocol]:
-    """A server's protocol, and one whose strict decoder refuses everything."""
+    """A server's protocol, and one whose strict structs refuse everything."""
     strict, lax = Protocol(State()), Protocol(State())
-    lax._messages.decode = lambda message, max_depth: None
+    _lax(lax)
     return strict, lax
+
+
+def _lax(protocol: Protocol) -> None:
+    for decoder in protocol._params.values():
+        decoder.convert = lambda params: None
 
 
 STRICT, LAX = _protocols()
@@ -151,86 +156,74 @@ def _fields(struct: Any) -> bytes:
     return msgspec.json.encode(msgspec.structs.astuple(struct), enc_hook=list)
 
 
+def _strictly(spec: Any, variant: Any, params: Any) -> Any:
+    """``params`` (decoded JSON) as the strict structs take them, None if they refuse them (or the
+    protocol refuses positional params before)."""
+    decoder = STRICT._params[variant.params, spec.positional]
+    try:
+        named = _named(spec, variant, params) if type(params) is list else params
+    except ParamsError:
+        return None
+    return decoder.convert(named)
+
+
 @settings(max_examples=1500, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(REQUESTS)
-def test_the_strict_decoder_takes_only_what_the_models_take_with_their_values(request):
+def test_the_strict_structs_take_only_what_the_models_take_with_their_values(request):
     spec, params = request
     message = json.dumps({"jsonrpc": "2.0", "id": 1, "method": spec.name, "params": params}).encode()
-    decoded = STRICT._messages.decode(message, STRICT.state.limits.max_json_depth)
-    if decoded is not None:
-        assert STRICT._messages.methods[type(decoded)] == spec.name
-        for variant in spec.variants.values():
-            decoder = STRICT._params[variant.params, spec.positional]
-            if type(decoded.params) not in decoder.structs or decoder.checked(decoded.params) is None:
-                continue  # another mode's params, or refused by the model's own check: the models decide
-            named = _named(spec, variant, params) if type(params) is list else params
-            try:
-                by_models = decoder.from_models(named)
-            except ParamsError as exc:
-                raise AssertionError(f"the strict decoder took what {variant.params.__name__} refuses: {exc}") from None
-            assert _fields(decoded.params) == _fields(by_models)
+    for variant in spec.variants.values():
+        struct = _strictly(spec, variant, params)
+        if struct is None:
+            continue  # the models decide
+        decoder = STRICT._params[variant.params, spec.positional]
+        named = _named(spec, variant, params) if type(params) is list else params
+        try:
+            by_models = decoder.from_models(named)
+        except ParamsError as exc:
+            raise AssertionError(f"the strict structs took what {variant.params.__name__} refuses: {exc}") from None
+        assert _fields(struct) == _fields(by_models)
     if ANY_MODE in spec.variants and spec.name not in ("shutdown", "rpc.discover"):
         assert STRICT.handle(message) == LAX.handle(message)
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
-@given(st.lists(REQUESTS, min_size=1, max_size=4))
-def test_a_batch_is_decoded_strictly_when_each_of_its_requests_is(requests):
-    """Requests the strict decoder takes one by one, it takes together as a batch (whatever kinds
-    their params are: no one decoder need take them all), with the same values."""
-    messages = [{"jsonrpc": "2.0", "id": i, "method": spec.name, "params": p} for i, (spec, p) in enumerate(requests)]
-    alone = [STRICT._messages.decode(json.dumps(message).encode(), 1000) for message in messages]
-    batch = STRICT._messages.decode(json.dumps(messages).encode(), 1000)
-    if None in alone:
-        return
-    assert batch is not None
-    assert [msgspec.json.encode(r) for r in batch] == [msgspec.json.encode(r) for r in alone]
-
-
-def test_a_perl_rounds_first_batch_is_decoded_strictly_and_answered_as_by_the_models(monkeypatch):
+def test_a_perl_rounds_first_batch_is_taken_strictly_and_answered_as_by_the_models():
     """A new scheduler under the client's handle (named params) and a dynamic scheduler's
-    mutations, one batch: one decoder takes it whole (named kinds are paired before positional
-    ones; request by request costs twice the time), with the answers the models give."""
+    mutations, one batch: the strict structs take every request's params, with the answers the
+    models give."""
     node = {"cpu": 1.0, "maxcpu": 8, "mem": 1 << 30, "maxmem": 16 << 30}
-    batch = json.dumps(
-        [
-            {"jsonrpc": "2.0", "id": 1, "method": "scheduler.new", "params": {"mode": "dynamic", "scheduler": "r1"}},
-            {
-                "jsonrpc": "2.0",
-                "id": 2,
-                "method": "scheduler.apply",
-                "params": {"scheduler": "r1", "mutations": [["add_node", "n1", node]]},
-            },
-            {"jsonrpc": "2.0", "id": 3, "method": "scheduler.free", "params": {"scheduler": "r1"}},
-        ]
-    ).encode()
-    with monkeypatch.context() as patched:
-        patched.setattr(STRICT._messages, "_request_by_request", lambda message: None)
-        decoded = STRICT._messages.decode(batch, STRICT.state.limits.max_json_depth)
-    assert [STRICT._messages.methods[type(r)] for r in decoded] == [
-        "scheduler.new",
-        "scheduler.apply",
-        "scheduler.free",
+    requests = [
+        {"jsonrpc": "2.0", "id": 1, "method": "scheduler.new", "params": {"mode": "dynamic", "scheduler": "r1"}},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "scheduler.apply",
+            "params": {"scheduler": "r1", "mutations": [["add_node", "n1", node]]},
+        },
+        {"jsonrpc": "2.0", "id": 3, "method": "scheduler.free", "params": {"scheduler": "r1"}},
     ]
+    specs = {spec.name: spec for spec in METHODS}
+    for request in requests:
+        spec = specs[request["method"]]
+        variant = spec.variants.get("dynamic") or spec.variants[ANY_MODE]
+        assert _strictly(spec, variant, request["params"]) is not None, request["method"]
+    batch = json.dumps(requests).encode()
     assert STRICT.handle(batch) == LAX.handle(batch)
 
 
 def _strict_bundles(nodes_texts: list[str]) -> Any:
-    """A score request's bundles with these ``nodes`` JSON texts, decoded strictly and checked
-    (None: refused)."""
-    bundles = ",".join(f'{{"leader":"vm:{i}","resources":["vm:{i}"],"nodes":{t}}}' for i, t in enumerate(nodes_texts))
-    message = (
-        '{"jsonrpc":"2.0","id":1,"method":"scheduler.score_best_balancing_migration_candidates",'
-        f'"params":{{"scheduler":"s1","limit":1,"candidates":[{bundles}]}}}}'
-    ).encode()
-    request = STRICT._messages.decode(message, STRICT.state.limits.max_json_depth)
-    (decoder,) = (d for d in STRICT._params.values() if type(request.params) in d.structs)
-    return decoder.checked(request.params)
+    """A score request's params with bundles of these ``nodes`` JSON texts, taken by the strict
+    structs and checked (None: refused)."""
+    spec = next(spec for spec in METHODS if spec.name == "scheduler.score_best_balancing_migration_candidates")
+    bundles = [
+        {"leader": f"vm:{i}", "resources": [f"vm:{i}"], "nodes": json.loads(t)} for i, t in enumerate(nodes_texts)
+    ]
+    return _strictly(spec, spec.variants["static"], {"scheduler": "s1", "limit": 1, "candidates": bundles})
 
 
-def test_each_bundle_gets_the_target_list_of_its_own_text():
-    """Target lists kept as JSON text while decoding: the bundles come as columns, each row with
-    its own text's list, equal texts one shared tuple, whatever bytes the names hold (raw UTF-8, escapes)."""
+def test_each_bundle_gets_its_own_target_list():
+    """The bundles come as columns, each row with its own list, equal lists one shared tuple,
+    whatever characters the names hold (raw UTF-8, escapes)."""
     texts = ['["a","b"]', '["b"]', '["a","b"]', '["\u00e4","x\\u0000y"]', '["ä","b\\"c"]', '["b"]']
     columns = _strict_bundles(texts).candidates
     assert list(columns.nodes) == [tuple(json.loads(t)) for t in texts]
@@ -257,7 +250,7 @@ def test_strict_bundles_count_and_read_as_their_texts_say(texts):
     assert candidate_counts(columns) == (sum(map(len, lists)), len(texts))
 
 
-def test_a_bundle_whose_target_list_is_not_names_is_refused_by_the_strict_decoder():
+def test_a_bundle_whose_target_list_is_not_names_is_refused_by_the_strict_structs():
     assert _strict_bundles(['["a"]', '["a",1]']) is None
 
 
@@ -289,10 +282,9 @@ DEEP = [
 
 @pytest.mark.parametrize("max_depth", [2, 4, 5, 6, 7, 8, 1024])
 def test_depth_limits_answer_alike(max_depth):
-    """Under any depth limit the strict decoder takes only what it can tell is within it: the
-    answers are those of the models' way, nested too deep or not."""
+    """Under any depth limit the answers are those of the models' way, nested too deep or not."""
     strict, lax = (Protocol(State(limits=ServerLimits(max_json_depth=max_depth))) for _ in range(2))
-    lax._messages.decode = lambda message, max_depth: None
+    _lax(lax)
     for protocol in (strict, lax):
         protocol.handle(b'{"jsonrpc":"2.0","id":0,"method":"scheduler.new","params":{"mode":"static"}}')
     for message in DEEP:
