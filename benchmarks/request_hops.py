@@ -90,7 +90,7 @@ def measure(tree: Path) -> dict:
     """The files entered, the hops ``[caller, callee]`` in order, and the answer, for ``tree``."""
     env = dict(os.environ, PYTHONPATH=python_path(tree))
     with tempfile.NamedTemporaryFile("r", suffix=".json") as report:
-        command = [sys.executable, "-c", _CHILD, str(HERE), ",".join(COUNTED), report.name]
+        command = [sys.executable, "-P", "-c", _CHILD, str(HERE), ",".join(COUNTED), report.name]
         subprocess.run(command, env=env, cwd=tree, stdout=subprocess.DEVNULL, check=True)
         return json.load(report)
 

@@ -28,14 +28,18 @@ def bridge():
 INVALID_REQUEST = {"code": -32600, "message": "Invalid request", "data": "The request failed schema validation"}
 
 
-def logged(bridge: BridgeClient, text: str) -> str:
-    """The server's log once it holds ``text`` (its writer thread writes whenever it runs: the log
-    is read until then; the wait is bounded only so that a missing record fails the test)."""
+def logged(bridge: BridgeClient, before: int) -> str:
+    """What follows "invalid request: " in the server's next such log line after the first
+    ``before`` ones (its writer thread writes whenever it runs: the log is read until the line is
+    there; the wait is bounded only so that a missing record fails the test)."""
     deadline = time.monotonic() + 60
-    while text not in bridge.stderr():
-        assert time.monotonic() < deadline, f"{text!r} not logged; the log: {bridge.stderr()!r}"
+    while bridge.stderr().count(MARK) <= before:
+        assert time.monotonic() < deadline, f"no new {MARK!r} logged; the log: {bridge.stderr()!r}"
         time.sleep(0.05)
-    return bridge.stderr()
+    return bridge.stderr().split(MARK)[before + 1].splitlines()[0]
+
+
+MARK = "invalid request: "
 
 
 def error_of(answer: dict) -> tuple[int, str]:
@@ -67,11 +71,11 @@ def test_parse_error_says_where(bridge):
     ],
 )
 def test_invalid_request_is_refused_and_what_is_wrong_is_logged(bridge, request_, problem):
+    before = bridge.stderr().count(MARK)
     bridge.send(request_)
     answer = bridge.read()
     assert answer == {"jsonrpc": "2.0", "error": INVALID_REQUEST, "id": None}
-    last = logged(bridge, "invalid request: ").rsplit("invalid request: ", 1)[1]
-    assert problem in last.splitlines()[0]
+    assert problem in logged(bridge, before)
 
 
 def test_null_id_is_a_request_not_a_notification(bridge):
@@ -87,9 +91,10 @@ def test_string_and_fractional_ids_are_echoed(bridge):
 
 
 def test_empty_batch_gets_one_invalid_request_error(bridge):
+    before = bridge.stderr().count(MARK)
     bridge.send([])
     assert bridge.read() == {"jsonrpc": "2.0", "error": INVALID_REQUEST, "id": None}
-    assert "invalid request: empty batch" in logged(bridge, "invalid request: empty batch")
+    assert logged(bridge, before) == "empty batch"
 
 
 def test_a_batch_with_an_invalid_element_is_refused_whole_and_runs_nothing(bridge):
@@ -99,11 +104,10 @@ def test_a_batch_with_an_invalid_element_is_refused_whole_and_runs_nothing(bridg
         bridge.message("bridge.info", None, "info"),
         1,  # invalid element
     ]
+    logged_before = bridge.stderr().count(MARK)
     bridge.send(batch)
     assert bridge.read() == {"jsonrpc": "2.0", "error": INVALID_REQUEST, "id": None}
-    assert "invalid request: batch element 2: a request must be an object, got number" in logged(
-        bridge, "batch element 2"
-    )
+    assert logged(bridge, logged_before) == "batch element 2: a request must be an object, got number"
     assert bridge.call("bridge.info")["schedulers"] == before
 
 
