@@ -111,9 +111,9 @@ _TITLES = {INVALID_REQUEST: "Invalid request", INTERNAL_ERROR: "Internal error"}
 
 
 def error_response(code: int, detail: str) -> dict:
-    """A JSON-RPC error response object to a message that names no request it could be the answer
-    to (not JSON, not a request, too big, or failing the server itself): id null, no data, the
-    message the code's title and ``detail``."""
+    """A JSON-RPC error response object to a message that jsonrpcserver did not answer (too big to
+    be read, or failing the server itself): id null, no data, the message the code's title and
+    ``detail``."""
     return {"jsonrpc": "2.0", "error": {"code": code, "message": f"{_TITLES[code]}: {detail}"}, "id": None}
 
 
@@ -276,8 +276,9 @@ class Protocol:
         return decoded
 
     def _method(self, spec: MethodSpec) -> Any:
-        """The entry of :attr:`methods` for ``spec``: params as jsonrpcserver passes them (an array's
-        elements, or an object's members), the answer a jsonrpcserver Result."""
+        """The entry of :attr:`methods` for ``spec``: jsonrpcserver passes its context (the state
+        this protocol holds) and the params (an array's elements, or an object's members); the
+        answer is a jsonrpcserver Result."""
 
         def method(state: State, /, *args: Any, **kwargs: Any) -> Result:
             try:
