@@ -188,16 +188,17 @@ sub _read_report {
     return ($pid, undef);
 }
 
-=item pid() / answered() / owner()
+=item pid() / answered() / owner() / command_line()
 
 The server's process id; whether it has sent anything yet (a server that dies before its
-first line failed to start); the pid of the Perl process that started it.
+first line failed to start); the pid of the Perl process that started it; its command.
 
 =cut
 
 sub pid { return $_[0]{pid} }
 sub answered { return $_[0]{answered} }
 sub owner { return $_[0]{owner} }
+sub command_line { return $_[0]{cmd} }
 
 =item queue($bytes, $hold)
 
