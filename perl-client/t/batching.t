@@ -189,7 +189,7 @@ subtest 'a buffered mutation the server refuses after all (a safety net)' => sub
     $broken->add_node('a', 4, GiB);
     # Bypass the client's checks: something the server will refuse.
     $broken->{_crs}{mirror}->add_node('b', undef, '["add_node","b",0,1]');
-    CRSBridge::Connection->instance->journaled;
+    CRSBridge::Connection::journaled();
     my $error = error_of { $broken->calculate_node_imbalance };
     like($error, qr/^crs-bridge: the server refused a buffered add_node of this scheduler object \(Invalid params: maxcpu: .*\); the object is unusable, create a new one\n\z/,
         'the next query says what happened');

@@ -138,18 +138,19 @@ sub create {
     return $remote;
 }
 
-=item journaled($count)
+=item journaled()
 
-C<$count> entries (default 1) were journaled by a mirror; sends them when a batch is due (see
-L<CRSBridge::Batching/FLUSH POLICY>). A dead server does not fail the mutation (the next call
-notices it, starts a new server and restores everything); after an interrupted exchange nothing
-is sent: the next call replaces the server and replays every journal anyway.
+A function: an entry was journaled by a mirror; sends the unsent entries when a batch is due
+(see L<CRSBridge::Batching/FLUSH POLICY>). A dead server does not fail the mutation (the next
+call notices it, starts a new server and restores everything); after an interrupted exchange
+nothing is sent: the next call replaces the server and replays every journal anyway.
 
 =cut
 
 sub journaled {
-    my ($self, $count) = @_;
-    $self->_flush_quietly if $self->{batching}->journaled($count // 1);
+    # (A forked child counts in the connection it inherited; its own sends.)
+    return if !($CURRENT // instance())->{batching}->journaled(1);
+    instance()->_flush_quietly;
     return;
 }
 

@@ -38,7 +38,7 @@ upstream's crate), and perl-client/t/mirror.t and static.t hold the two together
 
 =item * C<add_resource>: a duplicate sid, then the placement: unknown current node
 (stationary), same current and target node, unknown nodes (moving)
-(C<Usage.check_resource>, C<_check_placement>).
+(C<Usage.check_resource>, C<_check_placement>; here C<_resource_error>).
 
 =item * C<legacy_add> (Static's C<add_service_usage_to_node>): an unknown sid is added
 stationary, a stationary one starts moving, a moving one dies
@@ -57,8 +57,9 @@ is its own: other modules change it through the methods below only.
 =head1 METHODS
 
 Methods named C<add_*>/C<legacy_add> check first and die with upstream's message (ending in
-a newline) without changing anything; C<remove_*> return whether something was removed
-(removing an unknown name is a no-op, as upstream, and journals nothing). Each mutation takes
+a newline) without changing anything, and return true once recorded; C<remove_*> return
+whether something was removed (removing an unknown name is a no-op, as upstream, and journals
+nothing). Each mutation takes
 its journal entry as its last argument (undef: none, for tests of the rules alone).
 
 =over
@@ -134,7 +135,7 @@ sub add_node {
     my ($bytes, @entry) = ($mem // 0, _entry($entry));
     $self->{nodes}{$name} = 1, $self->{bound} += $bytes, push(@{ $self->{order} }, $name),
         push @{ $self->{journal} }, @entry;
-    return;
+    return 1;
 }
 
 # The entry as a list to push: none for undef.
@@ -197,37 +198,43 @@ current node (stationary), same current and target node, unknown nodes (moving).
 
 sub check_resource {
     my ($self, $sid, $current, $target) = @_;
-    die "resource '$sid' already exists\n" if exists $self->{res}{$sid};
-    $self->_check_placement($sid, $current, $target);
+    my $error = _resource_error($self, $sid, $current, $target);
+    die $error if defined $error;
     return;
 }
 
-sub _check_placement {
-    my ($self, $sid, $current, $target) = @_;
+# The message of check_resource, or undef; the placement's alone with $placed.
+sub _resource_error {
+    my ($self, $sid, $current, $target, $placed) = @_;
+    return "resource '$sid' already exists\n" if !$placed && exists $self->{res}{$sid};
     my $nodes = $self->{nodes};
     if (!defined $target) {
-        die "current node for resource '$sid' does not exist\n" if !exists $nodes->{$current};
+        return "current node for resource '$sid' does not exist\n" if !exists $nodes->{$current};
     } elsif ($current eq $target) {
-        die "resource '$sid' has the same current and target node\n";
+        return "resource '$sid' has the same current and target node\n";
     } elsif (!exists $nodes->{$current} || !exists $nodes->{$target}) {
-        die "nodes for resource '$sid' do not exist\n";
+        return "nodes for resource '$sid' do not exist\n";
     }
-    return;
+    return undef;
 }
 
-=item add_resource($sid, $current, $target, $maxmem, $entry)
+=item add_resource($sid, $current, $target, $maxmem, $entry, $risky)
 
 Checks (C<check_resource>) and records the placement (C<$target> undef: stationary) and the
-resource's C<$maxmem> bytes.
+resource's C<$maxmem> bytes; returns true. Unless C<$risky>: an add at C<memory_risk> records
+nothing and returns false (the caller sends it as a single call, and records it with C<$risky>
+once the server has accepted it).
 
 =cut
 
 sub add_resource {
-    my ($self, $sid, $current, $target, $maxmem, $entry) = @_;
-    $self->check_resource($sid, $current, $target);
-    my ($placement, @entry) = (defined $target ? [ $current, $target ] : $current, _entry($entry));
+    my ($self, $sid, $current, $target, $maxmem, $entry, $risky) = @_;
+    my $error = _resource_error($self, $sid, $current, $target);
+    die $error if defined $error;
+    return 0 if !$risky && memory_risk($self, $maxmem);
+    my ($placement, @entry) = (defined $target ? [ $current, $target ] : $current, defined $entry ? $entry : ());
     $self->{res}{$sid} = $placement, $self->{bound} += $maxmem, push @{ $self->{journal} }, @entry;
-    return;
+    return 1;
 }
 
 =item remove_resource($sid, $entry)
@@ -253,11 +260,11 @@ the bound already); a moving one dies with C<resource '<sid>' is already moving 
 
 sub legacy_add {
     my ($self, $node, $sid, $maxmem, $entry) = @_;
-    return $self->add_resource($sid, $node, undef, $maxmem, $entry) if !exists $self->{res}{$sid};
+    return $self->add_resource($sid, $node, undef, $maxmem, $entry, 1) if !exists $self->{res}{$sid};
     $self->check_legacy_add($node, $sid);
     my ($placement, @entry) = ([ $self->{res}{$sid}, $node ], _entry($entry));
     $self->{res}{$sid} = $placement, push @{ $self->{journal} }, @entry;
-    return;
+    return 1;
 }
 
 sub check_legacy_add {
@@ -265,7 +272,8 @@ sub check_legacy_add {
     my $placement = $self->{res}{$sid};
     return $self->check_resource($sid, $node) if !defined $placement;
     die "resource '$sid' is already moving to target node '$placement->[1]'\n" if ref $placement;
-    $self->_check_placement($sid, $placement, $node);
+    my $error = _resource_error($self, $sid, $placement, $node, 1);
+    die $error if defined $error;
     return;
 }
 

@@ -2,7 +2,7 @@ package CRSBridge::Records;
 
 # The binding's input records (binding.md section 2.1): decoded as upstream decodes them and
 # rendered as the JSON the server takes. The common shape (plain numbers and plain names, as the
-# HA manager passes them) is recognised and rendered directly (a resource: _plain_resource; a
+# HA manager passes them) is recognised and rendered directly (a resource: in resource_param; a
 # dynamic node's stats: in node_stats_param; candidates: in candidates_param); anything else goes
 # through the exact decoders of CRSBridge::Args, which also produce upstream's error messages.
 # A whole argument is decoded before any value is checked against crs-bridge's bounds, as
@@ -108,48 +108,44 @@ stats -> C<($json, $refused, $current_node, $target_node_or_undef, $maxmem)>.
 
 sub resource_param {
     my ($mode, $where) = @_[1, 2];
-    my @plain = _plain_resource($_[0], $mode);
-    return @plain if @plain;
+    # The common shape (every guest of every HA round): plain names (see the top), a plain number
+    # or boolean for running, a hash of plain numbers within crs-bridge's bounds for the stats,
+    # for which the exact decoders would give the same values and accept them: rendered as they
+    # would render them (perl-client/t/fast-path.t holds the two together).
+    PLAIN: {
+        my $r = $_[0];
+        last PLAIN if ref $r ne 'HASH';
+        my ($s, $running, $current, $target) = @$r{ 'stats', 'running', 'current-node', 'target-node' };
+        last PLAIN if ref $s ne 'HASH' || !(_number($running) || _bool($running))
+            || !_plain_name($current) || defined $target && !_plain_name($target);
+        my ($stats, $maxmem);
+        if ($mode eq 'static') {
+            my $maxcpu;
+            ($maxcpu, $maxmem) = @$s{qw(maxcpu maxmem)};
+            # NaN fails the comparisons; bytes: see node_stats_param.
+            last PLAIN if !_number($maxcpu) || !_number($maxmem)
+                || !($maxcpu >= 0 && $maxcpu <= MAX_CORES && $maxmem >= 0 && $maxmem < MAX_BYTES + 1);
+            $stats = '{"maxcpu":' . ($maxcpu == int($maxcpu) ? int($maxcpu) : sprintf(JSON_NUM, $maxcpu))
+                . ',"maxmem":' . int($maxmem) . '}';
+        } else {
+            my ($cpu, $maxcpu, $mem);
+            ($cpu, $maxcpu, $mem, $maxmem) = @$s{qw(cpu maxcpu mem maxmem)};
+            last PLAIN if !_number($cpu) || !_number($maxcpu) || !_number($mem) || !_number($maxmem)
+                || !($cpu >= 0 && $cpu <= MAX_CORES && $maxcpu >= 0 && $maxcpu <= MAX_CORES)
+                || !($mem >= 0 && $mem < MAX_BYTES + 1 && $maxmem >= 0 && $maxmem < MAX_BYTES + 1);
+            $stats = '{"cpu":' . ($cpu == int($cpu) ? int($cpu) : sprintf(JSON_NUM, $cpu))
+                . ',"maxcpu":' . ($maxcpu == int($maxcpu) ? int($maxcpu) : sprintf(JSON_NUM, $maxcpu))
+                . ',"mem":' . int($mem) . ',"maxmem":' . int($maxmem) . '}';
+        }
+        return ('{"stats":' . $stats . ',"running":' . ($running ? 'true' : 'false') . ',"current-node":"' . $current
+            . (defined $target ? '","target-node":"' . $target . '"}' : '"}'), 0, $current, $target, int($maxmem));
+    }
+    # Anything else: the exact decoders, with the caller's scalar itself (see CRSBridge::Args).
     my $r = resource($_[0], $mode eq 'static' ? \&static_stats : \&dynamic_resource_stats);
     my ($stats, $refused) = stats_json($r->{stats}, "$where.stats", 0, 1);
     my ($current, $target) = @$r{qw(current target)};
     $refused ||= $current eq '' || (defined $target && $target eq '');
     return (_resource_json($stats, $r->{running}, $current, $target), $refused, $current, $target, $r->{stats}{maxmem});
-}
-
-# The common shape of a resource (every guest of every HA round): plain names (see the top),
-# a plain number or boolean for running, a hash of plain numbers within crs-bridge's bounds
-# for the stats, for which the exact decoders would give the same values and accept them:
-# rendered as they would render them (perl-client/t/fast-path.t holds the two together), as
-# resource_param's list. Anything else: the empty list.
-sub _plain_resource {
-    my ($r, $mode) = @_;
-    return if ref $r ne 'HASH';
-    my ($s, $running, $current, $target) = @$r{ 'stats', 'running', 'current-node', 'target-node' };
-    return if ref $s ne 'HASH' || !(_number($running) || _bool($running))
-        || !_plain_name($current) || defined $target && !_plain_name($target);
-    my ($stats, $maxmem);
-    if ($mode eq 'static') {
-        my $maxcpu;
-        ($maxcpu, $maxmem) = @$s{qw(maxcpu maxmem)};
-        # NaN fails the comparisons; bytes: see node_stats_param.
-        return if !_number($maxcpu) || !_number($maxmem)
-            || !($maxcpu >= 0 && $maxcpu <= MAX_CORES && $maxmem >= 0 && $maxmem < MAX_BYTES + 1);
-        $stats = '{"maxcpu":' . ($maxcpu == int($maxcpu) ? int($maxcpu) : sprintf(JSON_NUM, $maxcpu))
-            . ',"maxmem":' . int($maxmem) . '}';
-    } else {
-        my ($cpu, $maxcpu, $mem);
-        ($cpu, $maxcpu, $mem, $maxmem) = @$s{qw(cpu maxcpu mem maxmem)};
-        return if !_number($cpu) || !_number($maxcpu) || !_number($mem) || !_number($maxmem)
-            || !($cpu >= 0 && $cpu <= MAX_CORES && $maxcpu >= 0 && $maxcpu <= MAX_CORES)
-            || !($mem >= 0 && $mem < MAX_BYTES + 1 && $maxmem >= 0 && $maxmem < MAX_BYTES + 1);
-        $stats = '{"cpu":' . ($cpu == int($cpu) ? int($cpu) : sprintf(JSON_NUM, $cpu))
-            . ',"maxcpu":' . ($maxcpu == int($maxcpu) ? int($maxcpu) : sprintf(JSON_NUM, $maxcpu))
-            . ',"mem":' . int($mem) . ',"maxmem":' . int($maxmem) . '}';
-    }
-    my $json = '{"stats":' . $stats . ',"running":' . ($running ? 'true' : 'false') . ',"current-node":"' . $current
-        . (defined $target ? '","target-node":"' . $target . '"}' : '"}');
-    return ($json, 0, $current, $target, int($maxmem));
 }
 
 # Whether a name is plain (see the top).

@@ -66,39 +66,37 @@ sub _binding {
 # Journal a mutation: $method with $args, its arguments as JSON in the binding's order (array
 # elements without brackets). The mirror method $op (with @args) checks it, dying with
 # upstream's message, and records it with its journal entry; the connection sends it later.
-# When the server will refuse a value ($refused), the mutation is sent at once instead, so that
-# the server's message (naming the field) is what the caller sees (unless upstream fails anyway:
-# the mirror checks first), and the mirror records it only if the server accepted it. $refused
-# may be the client's own refusal, a message (a value JSON cannot carry, see
-# CRSBridge::Records): raised once the mirror found no upstream error.
+# When the server may refuse a value ($refused, or the mirror's memory_risk), the mutation is
+# sent at once instead, so that the server's message (naming the field) is what the caller sees
+# (unless upstream fails anyway: the mirror checks first), and the mirror records it only if the
+# server accepted it. $refused may be the client's own refusal, a message (a value JSON cannot
+# carry, see CRSBridge::Records): raised once the mirror found no upstream error.
 sub _mutate {
     my ($st, $method, $args, $refused, $op, @args) = @_;
     my ($mirror, $remote) = @$st{qw(mirror remote)};
     $remote->check_usable;
     my $entry = '["' . $method . '",' . $args . ']';
-    if ($refused) {
+    if (!$refused) {
+        return CRSBridge::Connection::journaled() if $mirror->$op(@args, $entry);
+    } else {
         $mirror->check($op, @args);
         die $refused if $refused =~ /\n\z/;
-        CRSBridge::Connection->instance->call_mutation($remote, $method, $args, sub { $mirror->$op(@args, $entry) });
-        return;
     }
-    $mirror->$op(@args, $entry);
-    CRSBridge::Connection->instance->journaled;
+    CRSBridge::Connection->instance->call_mutation($remote, $method, $args, sub { $mirror->$op(@args, $entry, 1) });
     return;
 }
 
 # The method add_service (static, $method 'add_service', $param 'service') or add_resource
 # (dynamic: 'add_resource', 'resource'): ($self, $sid, \%resource), the caller's scalars (the
-# decoders judge them as perlmod does). A value the server refuses, or a node's memory near its
-# limit (Mirror::memory_risk), is sent as a single call, for the server's message.
+# decoders judge them as perlmod does).
 sub _resource_adder {
     my ($method, $param) = @_;
     return sub {
         check_arity($method, \@_, 'this', 'sid', $param) if @_ != 3;
-        my $st = _state($_[0]);
+        my $st = ref $_[0] && _reftype($_[0]) eq 'HASH' && $_[0]{_crs} || _state($_[0]);    # (_state, without its call)
         my $sid = arg_string($_[1]);
         my ($json, $refused, $current, $target, $maxmem) = resource_param($_[2], $st->{mode}, $param);
-        $refused ||= $sid eq '' || $st->{mirror}->memory_risk($maxmem);
+        $refused ||= $sid eq '';
         _mutate($st, $method, json_str($sid) . ",$json", $refused, add_resource => $sid, $current, $target, $maxmem);
         return;
     };
