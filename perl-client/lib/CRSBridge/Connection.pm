@@ -250,7 +250,7 @@ sub query {
     my $memo = $self->{memo};
     my $held = $self->{proc} && !$self->{busy} && $memo->holds($remote, $self->{srv});
     my $line = $held ? $memo->answer($method, $params) : undef;
-    if (defined $line && $self->_accepted_all) {
+    if (defined $line && $self->_accepted_all($remote)) {
         $remote->check_usable;
         $self->{answer} = \$line;
         return _result(_decoded($line));
@@ -261,12 +261,13 @@ sub query {
     return $result;
 }
 
-# Whether the server has answered every mutation sent to it, the unsent ones sent first (the
-# answers read are checked: a refusal poisons its object). False when the server failed
+# Whether the server has answered every mutation sent to it, $remote's unsent ones sent first
+# (the answers read are checked: a refusal poisons its object). False when the server failed
 # meanwhile: the exchange stays unfinished, and the caller's call replaces the server.
 sub _accepted_all {
-    my ($self) = @_;
+    my ($self, $remote) = @_;
     my $batching = $self->{batching};
+    return 1 if !$remote->unsent && !$batching->awaited;
     $self->{busy} = 1;
     my $done = eval {
         $self->_flush(1);    # written by the reads below
