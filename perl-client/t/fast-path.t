@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 # The adds' common case is recognised and rendered directly by CRSBridge::Records (a resource:
-# _plain_resource; a dynamic node's stats: node_stats_param); it must journal exactly what the
+# in resource_args; a dynamic node's stats: node_stats_param); it must journal exactly what the
 # exact decoders (CRSBridge::Records::resource, dynamic_node_stats) journal for the same values,
 # and leave everything else to them, so that their error texts stay the only ones.
 
@@ -192,7 +192,7 @@ subtest 'anything else takes the exact path, with its error texts' => sub {
     my $number = '42';
     my $used = $number + 0;    # a string Perl has used as a number: a string to perlmod
     is(error_of { $usage->add_service($number, {%service}) }, '', 'a string used as a number');
-    is($exact, 0, '... both with plain resources (the sid is decoded on its own)');
+    is($exact, 1, '... the first decoded exactly, the second a plain string to perlmod too');
     my $rest = '{"stats":{"maxcpu":1,"maxmem":1073741824},"running":true,"current-node":"n1"}';
     is_deeply([ @{ journal($usage) }[ -2, -1 ] ],
         [ qq(["add_service","vm:\\"quoted\\"",$rest]), qq(["add_service","42",$rest]) ],

@@ -2,7 +2,7 @@ package CRSBridge::Records;
 
 # The binding's input records (binding.md section 2.1): decoded as upstream decodes them and
 # rendered as the JSON the server takes. The common shape (plain numbers and plain names, as the
-# HA manager passes them) is recognised and rendered directly (a resource: in resource_param; a
+# HA manager passes them) is recognised and rendered directly (a resource: in resource_args; a
 # dynamic node's stats: in node_stats_param; candidates: in candidates_param); anything else goes
 # through the exact decoders of CRSBridge::Args, which also produce upstream's error messages.
 # A whole argument is decoded before any value is checked against crs-bridge's bounds, as
@@ -24,7 +24,7 @@ use CRSBridge::Args qw(
 use CRSBridge::Codec qw(json_str json_num json_int json_str_list JSON_NUM);
 
 our @EXPORT_OK = qw(
-    static_stats_param dynamic_stats_param node_stats_param resource_param candidates_param candidates_list
+    static_stats_param dynamic_stats_param node_stats_param resource_args candidates_param candidates_list
 );
 
 BEGIN {
@@ -99,25 +99,27 @@ sub node_stats_param {
     return ($json, $refused, $stats->{mem});
 }
 
-=item resource_param($value, $mode, $where)
+=item resource_args($sid, $resource, $mode, $where)
 
-C<{stats, running, 'current-node', 'target-node'}> with static (C<$mode> 'static') or dynamic
-stats -> C<($json, $refused, $current_node, $target_node_or_undef, $maxmem)>.
+The arguments of C<add_service> / C<add_resource> after the handle, decoded in their order: the
+sid (a C<String>) and C<{stats, running, 'current-node', 'target-node'}> with static
+(C<$mode> 'static') or dynamic stats -> C<($json, $refused, $sid, $current_node,
+$target_node_or_undef, $maxmem)>, C<$json> the two as JSON array elements without brackets.
 
 =cut
 
-sub resource_param {
-    my ($mode, $where) = @_[1, 2];
+sub resource_args {
+    my ($mode, $where) = @_[2, 3];
     # The common shape (every guest of every HA round): plain names (see the top), a plain number
     # or boolean for running, a hash of plain numbers within crs-bridge's bounds for the stats,
     # for which the exact decoders would give the same values and accept them: rendered as they
     # would render them (perl-client/t/fast-path.t holds the two together).
     PLAIN: {
-        my $r = $_[0];
+        my ($sid, $r) = @_;
         last PLAIN if ref $r ne 'HASH';
         my ($s, $running, $current, $target) = @$r{ 'stats', 'running', 'current-node', 'target-node' };
         last PLAIN if ref $s ne 'HASH' || !(_number($running) || _bool($running))
-            || !_plain_name($current) || defined $target && !_plain_name($target);
+            || !_plain_names($sid, $current, $target // 'none');
         my ($stats, $maxmem);
         if ($mode eq 'static') {
             my $maxcpu;
@@ -137,21 +139,26 @@ sub resource_param {
                 . ',"maxcpu":' . ($maxcpu == int($maxcpu) ? int($maxcpu) : sprintf(JSON_NUM, $maxcpu))
                 . ',"mem":' . int($mem) . ',"maxmem":' . int($maxmem) . '}';
         }
-        return ('{"stats":' . $stats . ',"running":' . ($running ? 'true' : 'false') . ',"current-node":"' . $current
-            . (defined $target ? '","target-node":"' . $target . '"}' : '"}'), 0, $current, $target, int($maxmem));
+        return ('"' . $sid . '",{"stats":' . $stats . ',"running":' . ($running ? 'true' : 'false')
+            . ',"current-node":"' . $current . (defined $target ? '","target-node":"' . $target . '"}' : '"}'),
+            0, "$sid", $current, $target, int($maxmem));
     }
-    # Anything else: the exact decoders, with the caller's scalar itself (see CRSBridge::Args).
-    my $r = resource($_[0], $mode eq 'static' ? \&static_stats : \&dynamic_resource_stats);
+    # Anything else: the exact decoders, with the caller's scalars themselves (see CRSBridge::Args).
+    my $sid = arg_string($_[0]);
+    my $r = resource($_[1], $mode eq 'static' ? \&static_stats : \&dynamic_resource_stats);
     my ($stats, $refused) = stats_json($r->{stats}, "$where.stats", 0, 1);
     my ($current, $target) = @$r{qw(current target)};
-    $refused ||= $current eq '' || (defined $target && $target eq '');
-    return (_resource_json($stats, $r->{running}, $current, $target), $refused, $current, $target, $r->{stats}{maxmem});
+    $refused ||= $sid eq '' || $current eq '' || (defined $target && $target eq '');
+    return (json_str($sid) . ',' . _resource_json($stats, $r->{running}, $current, $target), $refused, $sid, $current,
+        $target, $r->{stats}{maxmem});
 }
 
-# Whether a name is plain (see the top).
-sub _plain_name {
-    return defined $_[0] && !ref $_[0] && !_number($_[0]) && $_[0] ne '' && !($_[0] =~ tr/\x00-\x1f"\\//)
-        && !utf8::is_utf8($_[0]);
+# Whether every name is plain (see the top).
+sub _plain_names {
+    for (@_) {
+        return 0 if !defined || ref || _number($_) || $_ eq '' || tr/\x00-\x1f"\\// || utf8::is_utf8($_);
+    }
+    return 1;
 }
 
 sub _resource_json {

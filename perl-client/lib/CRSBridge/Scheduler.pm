@@ -12,7 +12,7 @@ use CRSBridge::Config;
 use CRSBridge::Connection;
 use CRSBridge::Mirror;
 use CRSBridge::Planning;
-use CRSBridge::Records qw(candidates_param candidates_list resource_param);
+use CRSBridge::Records qw(candidates_param candidates_list resource_args);
 use CRSBridge::Recorder;
 use Scalar::Util ();
 
@@ -94,10 +94,8 @@ sub _resource_adder {
     return sub {
         check_arity($method, \@_, 'this', 'sid', $param) if @_ != 3;
         my $st = ref $_[0] && _reftype($_[0]) eq 'HASH' && $_[0]{_crs} || _state($_[0]);    # (_state, without its call)
-        my $sid = arg_string($_[1]);
-        my ($json, $refused, $current, $target, $maxmem) = resource_param($_[2], $st->{mode}, $param);
-        $refused ||= $sid eq '';
-        _mutate($st, $method, json_str($sid) . ",$json", $refused, add_resource => $sid, $current, $target, $maxmem);
+        my ($args, $refused, $sid, $current, $target, $maxmem) = resource_args($_[1], $_[2], $st->{mode}, $param);
+        _mutate($st, $method, $args, $refused, add_resource => $sid, $current, $target, $maxmem);
         return;
     };
 }
