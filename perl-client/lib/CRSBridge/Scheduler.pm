@@ -6,7 +6,7 @@ package CRSBridge::Scheduler;
 use strict;
 use warnings;
 
-use CRSBridge::Args qw(check_arity check_invocant arg_string arg_str arg_usize arg_f64 check_finite);
+use CRSBridge::Args qw(check_arity check_invocant arg_str arg_usize arg_f64 check_finite);
 use CRSBridge::Codec qw(json_str json_int json_num json_str_list);
 use CRSBridge::Config;
 use CRSBridge::Connection;
