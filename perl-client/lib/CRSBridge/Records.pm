@@ -118,8 +118,10 @@ sub resource_args {
         my ($sid, $r) = @_;
         last PLAIN if ref $r ne 'HASH';
         my ($s, $running, $current, $target) = @$r{ 'stats', 'running', 'current-node', 'target-node' };
+        # (A name that is not plain, see the top: a block, no call per name.)
         last PLAIN if ref $s ne 'HASH' || !(_number($running) || _bool($running))
-            || !_plain_names($sid, $current, $target // 'none');
+            || grep { !defined || ref || _number($_) || $_ eq '' || tr/\x00-\x1f"\\// || utf8::is_utf8($_) }
+            $sid, $current, $target // 'none';
         my ($stats, $maxmem);
         if ($mode eq 'static') {
             my $maxcpu;
@@ -151,14 +153,6 @@ sub resource_args {
     $refused ||= $sid eq '' || $current eq '' || (defined $target && $target eq '');
     return (json_str($sid) . ',' . _resource_json($stats, $r->{running}, $current, $target), $refused, $sid, $current,
         $target, $r->{stats}{maxmem});
-}
-
-# Whether every name is plain (see the top).
-sub _plain_names {
-    for (@_) {
-        return 0 if !defined || ref || _number($_) || $_ eq '' || tr/\x00-\x1f"\\// || utf8::is_utf8($_);
-    }
-    return 1;
 }
 
 sub _resource_json {
