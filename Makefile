@@ -46,6 +46,7 @@ bench: setup bytecode
 	$(PY) benchmarks/bench_core.py
 	$(PY) benchmarks/bench_e2e.py
 	PATH=$(BIN):$$PATH perl benchmarks/perl_round.pl
+	PATH=$(BIN):$$PATH perl benchmarks/starts_under_load.pl --starts-only --starts 5
 
 # The Debian package crs-bridge_<version>_amd64.deb, in this folder (debian/build-deb; needs
 # dpkg-dev and PyPI, whose wheels it keeps in build/deb). README: "Deploy on Proxmox VE".

@@ -5,8 +5,8 @@ pve-ha-manager 5.2.0 are built with it, and HA's threshold 0.3 was tuned for it)
 in [0, sqrt(n - 1)]; ``normalized`` (crate 2.1.0) divides the CV by sqrt(n - 1) so the value
 lies in [0, 1] and is 0 below two nodes.
 
-Every sum runs left to right in node order and squares are products, exactly as ``math.md``
-§5.2/§5.8 prescribe, so values match the reference to the last bit.
+Values follow the arithmetic rule of :mod:`core` (``math.md`` §5.2); :func:`imbalance_bounds` is
+the one fast formula, a filter only.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 TOPSIS) and nodes to start a resource on.
 
 Speed (product decision 6): a migration changes two node loads, so bruteforce bounds every
-candidate's imbalance in O(1) after O(N) preparation, then recomputes exactly (left-to-right, as
-the reference does) only the candidates that can still reach the top ``limit``. TOPSIS needs the
-criteria of all candidates; their sums over nodes are formed exactly, vectorised over candidates.
+candidate's imbalance in O(1) after O(N) preparation, then recomputes by the arithmetic rule of
+:mod:`core` only the candidates that can still reach the top ``limit`` (ties at the cut
+included). TOPSIS needs the criteria of all candidates; their sums over nodes are formed by that
+rule too, vectorised over candidates.
 """
 
 from __future__ import annotations

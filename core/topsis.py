@@ -34,74 +34,17 @@ def load_criteria(sum_sq_cpu, max_cpu, sum_sq_mem, max_mem, n: int) -> np.ndarra
     """The (rows x 4) criteria matrix from per-row sums of squared loads and maximum loads.
 
     ``1 + sqrt(sum / n)`` for the averages, ``1 + max`` for the highest loads (the maximum is
-    taken with 0.0, as upstream starts its running maximum there). The sums are first made
-    equal where they may differ by their rounding only (:func:`tied_sums`), so that rows equal
-    in exact arithmetic (a guest moved to either of two identical nodes) score exactly alike.
+    taken with 0.0, as upstream starts its running maximum there); arguments are float64 arrays.
     Stored column by column (Fortran order), as :func:`topsis_solve` reads it.
     """
     return np.stack(
         (
-            1.0 + np.sqrt(tied_sums(sum_sq_cpu, n) / n),
+            1.0 + np.sqrt(sum_sq_cpu / n),
             1.0 + np.maximum(max_cpu, 0.0),
-            1.0 + np.sqrt(tied_sums(sum_sq_mem, n) / n),
+            1.0 + np.sqrt(sum_sq_mem / n),
             1.0 + np.maximum(max_mem, 0.0),
         )
     ).T
-
-
-#: The unit roundoff of binary64 (half an ulp of 1.0).
-_UNIT_ROUNDOFF = 2.0**-53
-
-
-def sum_tolerance(n: int) -> float:
-    """The factor ``c`` by which two left-to-right sums of ``n`` non-negative terms each may differ
-    when their exact sums are equal: ``|a - b| <= c * (a + b)``.
-
-    Each computed sum s' of a true sum s has ``|s' - s| <= g s`` with g = (n - 1) u / (1 - (n - 1) u)
-    (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., (4.4)), u = 2**-53, and
-    s <= s' / (1 - g), so ``|a - b| <= g / (1 - g) (a + b)``. The factor returned is that of n + 1
-    terms, which also covers the rounding of ``c * (a + b)`` itself.
-    """
-    k = n * _UNIT_ROUNDOFF
-    g = k / (1.0 - k)
-    return g / (1.0 - g)
-
-
-def tied_sums(sums, n: int) -> np.ndarray:
-    """``sums`` (left-to-right sums of ``n`` non-negative terms, one per row) with every group of
-    sums that may be equal in exact arithmetic replaced by the group's smallest member.
-
-    Two sums a <= b are linked when ``b - a <= c (a + b)`` (:func:`sum_tolerance`); a group is a
-    set of sums linked directly or through others (sorted, a run of neighbours linked in turn:
-    for non-negative sums, a link spanning others implies links between all neighbours between).
-    Sums equal in exact arithmetic are always linked; a sum moves by at most its group's spread,
-    and the order of unlinked sums is kept. NaN and infinite sums are left as they are.
-    """
-    sums = np.asarray(sums, dtype=np.float64)
-    if len(sums) < 2:
-        return sums
-    # Sorted values first: mostly no sums are linked, and a sort costs a third of an argsort.
-    linked = _linked(np.sort(sums), n)
-    if not linked.any():
-        return sums
-    order = np.argsort(sums)  # equal sums share a group: their order among themselves does not matter
-    ordered = sums[order]
-    linked = _linked(ordered, n)  # of the sums as ordered here (equal ones may differ in their sign)
-    # Each sorted position's group starts at the last position not linked to its predecessor.
-    starts = np.flatnonzero(np.concatenate(([True], ~linked)))
-    group_min = ordered[starts][np.cumsum(np.concatenate(([True], ~linked))) - 1]
-    tied = np.empty_like(sums)
-    tied[order] = group_min
-    return tied
-
-
-def _linked(ordered: np.ndarray, n: int) -> np.ndarray:
-    """Per neighbour pair of sorted sums (of ``n`` terms each): whether they are linked (see
-    :func:`tied_sums`)."""
-    with np.errstate(invalid="ignore"):
-        linked = ordered[1:] - ordered[:-1] <= sum_tolerance(n) * (ordered[1:] + ordered[:-1])
-    linked &= np.isfinite(ordered[1:])  # inf - a <= inf would link an infinite sum to a finite one
-    return linked
 
 
 @dataclass(frozen=True, slots=True)

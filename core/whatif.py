@@ -2,9 +2,8 @@
 
 A migration changes exactly two nodes: the source loses the candidate's running usage (clamped
 at 0) and the target gains it. :class:`WhatIf` holds those two new node states per candidate;
-the exact per-candidate sums over all nodes are formed here too, left to right in node order
-with the two changed terms in their places, so they equal a one-candidate-at-a-time
-computation bit for bit.
+the per-candidate sums over all nodes are formed here too, by the arithmetic rule of :mod:`core`
+(the two changed terms in their places), so they equal a one-candidate-at-a-time computation.
 """
 
 from __future__ import annotations

@@ -7,10 +7,9 @@ types only (:class:`NodeStats`, :class:`ResourceStats`, :class:`Migration`,
 :class:`CompactCandidate`, the two error classes), none of core's arithmetic.
 
 Where crs-bridge deliberately differs from upstream it follows the product decisions: nodes and
-each node's resources keep insertion order (3); unknown targets and targets equal to their
-source are refused (4), after upstream's bundle errors of the whole list; the legacy add keeps a
-resource on the "already moving" error; TOPSIS sums of squares that may differ only by their
-rounding are made equal (:func:`tie_sums`), so exact ties keep input order.
+each node's resources keep insertion order, and every value is the crate's for that order (3);
+unknown targets and targets equal to their source are refused (4), after upstream's bundle
+errors of the whole list; the legacy add keeps a resource on the "already moving" error.
 
 Units: cpu in cores (float), memory in bytes (int), loads and imbalances are fractions.
 """
@@ -352,39 +351,13 @@ def alternative_parts(view: View) -> tuple[float, float, float, float]:
 
 def alternatives(views: Sequence[View]) -> list[list[float]]:
     """The criteria of each view: (1 + RMS cpu load, 1 + max cpu load, 1 + RMS memory load,
-    1 + max memory load), the sums of squares tied first (:func:`tie_sums`)."""
-    parts = [alternative_parts(view) for view in views]
-    n = len(views[0]) if views else 0
-    sq_cpu = tie_sums([p[0] for p in parts], n)
-    sq_mem = tie_sums([p[2] for p in parts], n)
-    return [
-        [1.0 + math.sqrt(sq_cpu[i] / n), 1.0 + p[1], 1.0 + math.sqrt(sq_mem[i] / n), 1.0 + p[3]]
-        for i, p in enumerate(parts)
-    ]
-
-
-def tie_sums(sums: Sequence[float], n: int) -> list[float]:
-    """Left-to-right sums of ``n`` non-negative terms that may be equal in exact arithmetic made
-    equal: a and b are linked when ``|a - b| <= c (a + b)``, c = g / (1 - g), g = n u / (1 - n u),
-    u = 2**-53 (the error bound of such sums, with one term to spare); each sum becomes the
-    smallest of the sums linked to it directly or through others. Non-finite sums stay."""
-    u = 2.0**-53
-    g = n * u / (1.0 - n * u)
-    c = g / (1.0 - g)
-    distinct = sorted({v for v in sums if math.isfinite(v)})
-    smallest = {v: v for v in distinct}  # union-find; a root is its group's smallest sum
-
-    def root(v: float) -> float:
-        while smallest[v] != v:
-            v = smallest[v]
-        return v
-
-    for i, a in enumerate(distinct):
-        for b in distinct[i + 1 :]:
-            if abs(b - a) <= c * (a + b):
-                ra, rb = root(a), root(b)
-                smallest[max(ra, rb)] = min(ra, rb)
-    return [root(v) if math.isfinite(v) else v for v in sums]
+    1 + max memory load)."""
+    rows = []
+    for view in views:
+        sq_cpu, top_cpu, sq_mem, top_mem = alternative_parts(view)
+        n = len(view)
+        rows.append([1.0 + math.sqrt(sq_cpu / n), 1.0 + top_cpu, 1.0 + math.sqrt(sq_mem / n), 1.0 + top_mem])
+    return rows
 
 
 def topsis_scores(matrix: Sequence[Sequence[float]], weights: Sequence[float] = WEIGHTS) -> list[float]:

@@ -1,7 +1,6 @@
 """The what-if criteria on few nodes (``core.whatif.square_sums_and_maxima`` on replaced
 matrices, in pieces or whole) against the running sums used on many nodes and against a
-one-row-at-a-time computation, to the bit; TOPSIS's error order and the ties of
-``core.topsis.tied_sums`` against plain Python."""
+one-row-at-a-time computation, to the bit; TOPSIS's error order."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ from hypothesis import strategies as st
 
 from crs_bridge import core
 from crs_bridge.core import SchedulingError
-from crs_bridge.core.topsis import sum_tolerance, tied_sums, topsis_scores
+from crs_bridge.core.topsis import topsis_scores
 from crs_bridge.core.whatif import square_sums_and_maxima
 
 #: Loads as the engine makes them: fractions, some equal (identical nodes), zero, tiny, above 1.
@@ -86,31 +85,6 @@ def test_topsis_names_the_first_criterion_with_an_invalid_value_whatever_its_row
     matrix = np.array([[1.0, 2.0, math.nan], [1.0, 2.0, 1.0], [1.0, math.inf, 1.0]])
     with pytest.raises(SchedulingError, match="^criterion 1 got invalid value NaN$"):
         topsis_scores(matrix, np.array([0.2, 0.3, 0.5]))
-
-
-def groups_by_hand(sums: list[float], n: int) -> list[float]:
-    """tied_sums's rule in plain Python: sorted, neighbours linked when within the tolerance,
-    every member of a run of links replaced by the run's first (smallest) sum."""
-    order = sorted(range(len(sums)), key=sums.__getitem__)
-    tied = list(sums)
-    smallest = None
-    for before, at in zip([None, *order], order):
-        previous = None if before is None else sums[before]
-        value = sums[at]
-        linked = (
-            previous is not None and math.isfinite(value) and value - previous <= sum_tolerance(n) * (value + previous)
-        )
-        smallest = smallest if linked else value
-        tied[at] = smallest
-    return tied
-
-
-SUMS = st.sampled_from([0.0, 1.0, 1.0 + 2**-52, 1.0 + 2**-50, 2.0, math.inf]) | st.floats(0.0, 3.0)
-
-
-@given(st.lists(SUMS, max_size=30), st.integers(1, 64))
-def test_tied_sums_match_plain_python(sums, n):
-    assert bits(tied_sums(np.array(sums, dtype=np.float64), n)) == bits(groups_by_hand(sums, n))
 
 
 @pytest.mark.parametrize("mode", ["static", "dynamic"])

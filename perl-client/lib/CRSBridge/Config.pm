@@ -68,7 +68,9 @@ one and restores every object.
 
 =item start-timeout
 
-Seconds for the first answer of a new server, Python's start-up included (default 8).
+Seconds for the first answer of a new server, Python's start-up included (default 8). On a
+loaded machine a start takes longer: a server that has not answered when they pass but is
+working (running, or waiting for a CPU or the disk) gets them once more, up to three times.
 
 =item log
 
@@ -292,6 +294,7 @@ sub _read_file {
     }
     die "crs-bridge: the config file $path is a directory\n" if -d $fh;
     my %settings;
+    local $.;    # the caller's last-read handle stays its own (see CRSBridge::Process)
     while (defined(my $line = <$fh>)) {
         my $where = "$path line $.";
         $line =~ s/(?:^|\s)#.*//s;

@@ -208,8 +208,9 @@ C<$params_json> (members without braces, or with C<$positional> array elements w
 brackets; for a remote of undef, a whole JSON object), and returns the decoded result. Dies
 with the server's message plus a newline on an error answer, and as C<check_usable> for an
 unusable object. A server that dies during the call is replaced, the objects restored and the
-call retried once; a hung server is killed and the call dies. C<$accepted> (optional code
-reference) is called once the answer is a result, before the exchange counts as finished.
+call retried (a new server that dies is started once more: see CRSBridge::Failure's
+C<gives_up> for the bound); a hung server is killed and the call dies. C<$accepted> (optional
+code reference) is called once the answer is a result, before the exchange counts as finished.
 
 =cut
 
@@ -219,20 +220,20 @@ sub call {
 }
 
 # Runs $attempt (an exchange, true on success) until it succeeds. A server that dies is
-# replaced, the objects restored and $attempt run again: a server that was already running may
-# have died any time before; one started for this call and restored is retried once more, then
-# the call gives up, saying why (_server_failed, which also dies for a hung server).
+# replaced, the objects restored and $attempt run again, as often as CRSBridge::Failure allows
+# for the servers this call started (_server_failed, which also dies for a hung server).
 sub _retrying {
     my ($self, $method, $attempt) = @_;
     CRSBridge::Failure::limits();    # a bad setting dies before anything is sent
     my $first_new = $self->{servers} + 1;    # servers from this number on were started by this call
-    my $new_died = 0;
+    my %deaths;    # of the servers this call started (see CRSBridge::Failure::gives_up)
     while (1) {
         my $done = eval { $attempt->() };
         return $done if $done;
         my $error = $@;
         die $error if !(ref $error && $error->isa('CRSBridge::Process::Error'));
-        $self->_server_failed($error, $method, $self->{number} >= $first_new && $new_died++);
+        # A server that was already running may have died any time before: it is replaced.
+        $self->_server_failed($error, $method, $self->{number} >= $first_new && \%deaths);
     }
 }
 
@@ -368,11 +369,13 @@ sub _result {
 }
 
 # A died or timed-out server: drop it, and either let the caller retry or die saying why.
+# $deaths (a hash of the call's, undef for a server the call did not start) counts the deaths
+# of servers the call started, see _gives_up.
 sub _server_failed {
-    my ($self, $error, $method, $give_up) = @_;
+    my ($self, $error, $method, $deaths) = @_;
     my $proc = delete $self->{proc};
     $proc->kill;
-    CRSBridge::Failure::judge($proc, $error, $method, $give_up);
+    CRSBridge::Failure::judge($proc, $error, $method, $deaths);
     return;    # retry: the next attempt starts a new server and restores the objects
 }
 

@@ -50,16 +50,18 @@ sub _limit_key {
     return $proc->answered ? 'timeout' : 'start-timeout';
 }
 
-=item judge($proc, $error, $method, $give_up)
+=item judge($proc, $error, $method, $deaths)
 
 For the killed server C<$proc>, which failed with C<$error> (a C<CRSBridge::Process::Error>)
-during C<$method>: dies saying why when it hung, or when C<$give_up> (it was the second to
-die during the call); returns when the call is to be retried on a new server.
+during C<$method>: dies saying why when it hung, or when the call gives up (C<gives_up>);
+returns when the call is to be retried on a new server. C<$deaths> is the call's count of the
+deaths of servers it started (a hash, empty at first), false for a server the call did not
+start: one that was already running may have died any time before, and is always replaced.
 
 =cut
 
 sub judge {
-    my ($proc, $error, $method, $give_up) = @_;
+    my ($proc, $error, $method, $deaths) = @_;
     my $limit = CRSBridge::Config::get(_limit_key($proc));
     my ($pid, $cmd) = ($proc->pid, $proc->command_line);
     if ($error->kind eq 'timeout') {
@@ -69,14 +71,30 @@ sub judge {
             if $proc->answered;
         die "crs-bridge: cannot start the server '$cmd': no answer within $limit s (limit $origin); killed it\n";
     }
-    # A new server that ends before answering is started once more (it may have been killed
-    # from outside, e.g. while it restored the objects); a second one cannot start (a broken
-    # command or installation).
+    return if !$deaths || !gives_up($proc, $deaths);    # retry: a new server, the objects restored
     die "crs-bridge: cannot start the server '$cmd': it ended before answering (" . $proc->log_hint . ")\n"
-        if !$proc->answered && $give_up;
-    die "crs-bridge: the server died twice during $method (" . $proc->log_hint . "); giving up on this call\n"
-        if $give_up;
-    return;
+        if !$proc->answered;
+    die "crs-bridge: the server died twice during $method (" . $proc->log_hint . "); giving up on this call\n";
+}
+
+=item gives_up($proc, $deaths)
+
+Whether a call gives up after the death of C<$proc>, a server it started, given the earlier
+deaths of such servers (C<%$deaths>, which this counts). A server that dies while it starts
+(before its first answer: killed from outside, slow to start on a loaded machine) is started
+once more, and so is one that dies after answering; the second start in a row that dies (a
+broken command or installation) or the second death after answering gives up. A call so
+starts at most four servers.
+
+=cut
+
+sub gives_up {
+    my ($proc, $deaths) = @_;
+    if ($proc->answered) {
+        $deaths->{start} = 0;
+        return $deaths->{answered}++ > 0;
+    }
+    return $deaths->{start}++ > 0;
 }
 
 =back

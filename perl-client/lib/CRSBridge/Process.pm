@@ -12,6 +12,8 @@ use POSIX qw(EAGAIN);
 use Time::HiRes qw(time);
 
 use CRSBridge::Config;
+use CRSBridge::Load;
+use CRSBridge::SafeKill;
 
 use constant F_SETPIPE_SZ => 1031;
 use constant PIPE_SIZE => 1 << 20;
@@ -20,7 +22,6 @@ use constant STOP_SECONDS => 2;
 # How long (seconds) _wait polls for the server's answer before it sleeps in select; see _poll.
 use constant POLL_SECONDS => 1e-3;
 use constant MONOTONIC => eval { Time::HiRes::CLOCK_MONOTONIC() } // 0;    # (0: the realtime clock)
-my ($LOADAVG, $CPUS);    # for _cpu_free: /proc/loadavg, kept open (undef: none), and the CPUs usable
 
 =head1 NAME
 
@@ -42,6 +43,13 @@ wrapper command, where appended options might not): C<CRS_BRIDGE_CLIENT_PID>
 it watches: it exits once this process is gone, even if a forked child still holds copies of
 the pipes; and C<CRS_BRIDGE_LOG_TARGET> (C<--log-target>): C<syslog> when the C<log> setting is
 C<syslog>, else C<auto> (stderr, or syslog when stderr is closed or F</dev/null>).
+
+=head1 LAST-READ HANDLE
+
+Perl's readline, C<seek>, C<sysseek> and C<tell> make their handle the last-read one
+(C<${^LAST_FH}>, whose line number C<$.> is, and which C<die> names: C<, E<lt>STDINE<gt> line 29.>).
+The binding leaves the caller's in place, so the client runs each such operation on a handle of
+its own under C<local $.>, which restores the caller's last-read handle at the end of the scope.
 
 =head1 METHODS
 
@@ -71,7 +79,7 @@ sub spawn {
     my $log = CRSBridge::Config::get('log');
     my %env = (CRS_BRIDGE_CLIENT_PID => $$, CRS_BRIDGE_LOG_TARGET => $log eq 'syslog' ? 'syslog' : 'auto');
     my @held = _hold_std_fds();
-    _watch_load() if !defined $CPUS;    # here, so that /proc/loadavg gets no fd 0 to 2 either
+    CRSBridge::Load::watch();    # here, so that /proc/loadavg gets no fd 0 to 2 either
     my $stderr = _server_stderr($log);
     pipe(my $server_in, my $to_server) && pipe(my $from_server, my $server_out) && pipe(my $report, my $report_w)
         or die "crs-bridge: cannot start the server: no pipe: $!\n";
@@ -89,6 +97,7 @@ sub spawn {
     return bless {
         pid => $pid, owner => $$, cmd => "@$cmd", log => $log,
         in => $to_server, out => $from_server, rbuf => '', wbuf => '', answered => 0, ended => 0,
+        grace => 0, graces => 0,    # see _start_grace
     }, $class;
 }
 
@@ -277,7 +286,8 @@ sub _readable {
 
 sub _wait {
     my ($self, $deadline) = @_;
-    my $left = $deadline - time;
+    my $left = $deadline + $self->{grace} - time;
+    $left = $self->_start_grace($deadline) if $left <= 0;
     $self->_fail('timeout', 'no answer in time') if $left <= 0;
     return if !length $self->{wbuf} && $self->_poll;
     my ($rbits, $wbits) = ('', '');
@@ -290,6 +300,23 @@ sub _wait {
     return;
 }
 
+# A server's start on a loaded machine takes many times its quiet time (0.4 s of CPU time,
+# waiting for a CPU among dozens of busy tasks): a start is no hang while the server works.
+# So a server that has not answered yet and whose deadline passes gets the start-timeout once
+# more, up to START_GRACES times, each time it is found working (on a CPU, waiting for one, or
+# for the disk); a stopped or blocked one times out at its deadline, and so does one that is
+# being stopped (its input closed). Returns the seconds left then (<= 0: none).
+use constant START_GRACES => 3;
+
+sub _start_grace {
+    my ($self, $deadline) = @_;
+    return 0 if $self->{answered} || !$self->{in} || $self->{graces} >= START_GRACES;
+    return 0 if !CRSBridge::Load::working($self->{pid});
+    $self->{graces}++;
+    $self->{grace} += CRSBridge::Config::get('start-timeout');
+    return $deadline + $self->{grace} - time;
+}
+
 # Reads the server's answer if it comes within POLL_SECONDS, while a CPU is free; false if none
 # came. A round's answers come within a fraction of a millisecond, and a process that sleeps in
 # select and is woken loses more than the wake-up (an idle CPU, a virtual one left to the host,
@@ -297,8 +324,8 @@ sub _wait {
 # (bridge/transport.py BriefPoll, which says why it polls only while no task waits for a CPU).
 sub _poll {
     my ($self) = @_;
-    _cpu_free() or return 0;
-    # A monotonic clock (Linux, where alone _cpu_free lets this run): the wall clock set back
+    CRSBridge::Load::cpu_free() or return 0;
+    # A monotonic clock (Linux, where alone cpu_free lets this run): the wall clock set back
     # (NTP stepping it) would make the poll spin on. Read inline: a sub call would make each
     # turn, and so the time to notice the answer, a quarter longer (0.5 us, not 0.4).
     my $until = Time::HiRes::clock_gettime(MONOTONIC) + POLL_SECONDS;
@@ -308,42 +335,6 @@ sub _poll {
         return $self->_took($n) if defined $n || $! != EAGAIN;    # (not %!: a tied hash, 4 times dearer)
         return 0 if Time::HiRes::clock_gettime(MONOTONIC) > $until;
     }
-}
-
-sub _watch_load {
-    $CPUS = _cpus_usable();
-    open($LOADAVG, '<', '/proc/loadavg') or undef $LOADAVG;
-    return;
-}
-
-# True while /proc/loadavg counts no more running tasks than CPUs (its fourth field,
-# "running/total", this process included); false without /proc.
-sub _cpu_free {
-    return 0 if !$LOADAVG || !sysseek($LOADAVG, 0, 0) || !sysread($LOADAVG, my $text, 128);
-    my ($running) = $text =~ /^\S+ \S+ \S+ (\d+)\//;
-    return defined $running && $running <= $CPUS;
-}
-
-# The count of CPUs this process may run on (as the server counts them, bridge/transport.py
-# BriefPoll): its affinity (a container's cpuset, a taskset), which the server inherits, else
-# the CPUs online; 0 when unknown.
-sub _cpus_usable {
-    my $allowed = _cpu_list('/proc/self/status', qr/^Cpus_allowed_list:\s*(\S+)/);
-    return $allowed || _cpu_list('/sys/devices/system/cpu/online', qr/^(\S+)/);
-}
-
-# The count of CPUs in the list ("0-3,8-11") that $pattern captures from a line of $file; 0
-# when there is none.
-sub _cpu_list {
-    my ($file, $pattern) = @_;
-    open(my $fh, '<', $file) or return 0;
-    my ($list) = map { $_ =~ $pattern ? $1 : () } <$fh>;
-    my $count = 0;
-    for my $range (split /,/, $list // '') {
-        my ($first, $last) = $range =~ /^(\d+)(?:-(\d+))?/ or next;
-        $count += ($last // $first) - $first + 1;
-    }
-    return $count;
 }
 
 sub _write_ready {
@@ -406,6 +397,7 @@ sub log_hint {
     return 'its log went to stderr (to syslog, ident crs-bridge, when stderr is closed or /dev/null)'
         if $log eq 'stderr';
     open(my $fh, '<', $log) or return "see $log";
+    local $.;    # seek: see LAST-READ HANDLE
     my $size = -s $fh // 0;
     seek($fh, $size - LOG_TAIL_BYTES, 0) if $size > LOG_TAIL_BYTES;
     read($fh, my $end, LOG_TAIL_BYTES) // return "see $log";
@@ -419,15 +411,17 @@ sub log_hint {
 
 =item kill()
 
-Kills the server (SIGKILL) unless it has closed its output already (it is ending, and its
-process id may soon be another's); init reaps it.
+Kills the server (SIGKILL) unless it has closed its output already, and only when it can
+prove the process is still the server (L<CRSBridge::SafeKill>: its pid may be another's once
+it has died). Either way the pipes are closed: a server that still lives exits at the end of
+its input or of this process.
 
 =cut
 
 sub kill {
     my ($self) = @_;
     local $!;
-    CORE::kill('KILL', $self->{pid}) if !$self->{ended};
+    CRSBridge::SafeKill::kill_server($self->{pid}, $self->{out}) if !$self->{ended};
     $self->{ended} = 1;
     $self->_close;
     return;

@@ -38,8 +38,11 @@ mutations before it) and every query with its params and the answer it got, whic
 C<crs-bridge replay> re-runs (see crs_bridge/replay.py for the format). An object that lives until
 global destruction (held by a package variable at exit) is not written.
 
-At most C<record-max-files> files and C<record-max-bytes> bytes are kept (the oldest go
-first; a record larger than the byte cap on its own is not written). The directory is listed
+At most C<record-max-files> files and C<record-max-bytes> bytes are kept (the oldest, by when
+they were written, go first; a record larger than the byte cap on its own is not written).
+Only the recorder's own files count (C<crs-TIME-PID-N.json>): an operator's copy under another
+name is left alone. When an old record cannot be removed, the process warns and writes no more
+records there: the caps bound the disk the recorder takes. The directory is listed
 every 16th record a process writes (listing it each time cost a round 1-2 %), so files that
 other processes put there count from the next listing on. Recording never fails a
 call: a directory that cannot be written gives one warning per process and the object goes on.
@@ -247,6 +250,7 @@ sub _write {
             . " the cap of $rec->{max_bytes} bytes (record-max-bytes); not written\n");
         return;
     }
+    return if $DIRS{$dir} && $DIRS{$dir}{full};    # its caps cannot be kept (warned)
     my $name = sprintf('crs-%s-%d-%d.json', _utc_time(), $$, ++$SEQUENCE);
     my $temp = "$dir/.$name.tmp";
     # The configured directory is made on first use, as a log directory would be.
@@ -270,17 +274,21 @@ sub _write {
     return;
 }
 
-# Counts the new record $name of $bytes and removes the oldest records (by name: the time comes
-# first) beyond the caps.
+# The names of the recorder's own files (what _write names them), the name captured: a name
+# from readdir is tainted under perl -T, the capture is not. Other files (an operator's saved
+# crs-keep.json) are neither counted nor removed.
+my $RECORD_NAME = qr/^(crs-\d{8}T\d{6}\.\d{6}Z-\d+-\d+\.json)\z/;
+
+# Counts the new record $name of $bytes and removes the oldest records beyond the caps. Dies
+# when an old record cannot be removed; the directory then gets no more records from this
+# process (see _write): the caps bound the disk the recorder takes.
 sub _apply_caps {
     my ($rec, $name, $bytes) = @_;
     my $dir = $rec->{dir};
     my $known = $DIRS{$dir};
     if (!$known || !$known->{fresh}--) {
-        opendir(my $dh, $dir) or die "cannot list $dir: $!\n";
-        my @names = sort grep { /^crs-.*\.json$/ } readdir $dh;
-        closedir $dh;
         my $size = $known ? $known->{size} : {};
+        my @names = _records_oldest_first($dir);
         $known = $DIRS{$dir} = {
             names => \@names, size => { map { ($_ => $size->{$_} // (-s "$dir/$_") // 0) } @names }, fresh => LIST_EVERY,
         };
@@ -292,11 +300,26 @@ sub _apply_caps {
     my $total = 0;
     $total += $_ for values %$size;
     while (@$names > $rec->{max_files} || $total > $rec->{max_bytes}) {
-        my $oldest = shift @$names;
+        my $oldest = $names->[0];
+        if (!unlink("$dir/$oldest") && !$!{ENOENT}) {    # (ENOENT: another process removed it)
+            $known->{full} = 1;
+            die "cannot remove the old record $dir/$oldest ($!), so the caps (record-max-files,"
+                . " record-max-bytes) cannot be kept: no more records from this process there\n";
+        }
+        shift @$names;
         $total -= delete $size->{$oldest};
-        unlink "$dir/$oldest";
     }
     return;
+}
+
+# The recorder's files in $dir, oldest first: by when they were written (mtime), then by name.
+sub _records_oldest_first {
+    my ($dir) = @_;
+    opendir(my $dh, $dir) or die "cannot list $dir: $!\n";
+    my @names = map { $_ =~ $RECORD_NAME ? $1 : () } readdir $dh;
+    closedir $dh;
+    my %written = map { ($_ => (Time::HiRes::stat("$dir/$_"))[9] // 0) } @names;
+    return sort { $written{$a} <=> $written{$b} || $a cmp $b } @names;
 }
 
 =back

@@ -50,7 +50,11 @@ would refuse a value of the same call for its own reasons.
 
 =over
 
-=item * Order: C<list_nodes> and the start scores come in insertion order (upstream: random).
+=item * Order: C<list_nodes> and the start scores come in insertion order (upstream: random),
+and every number is the one upstream's crate computes for the nodes in that order, to the last
+bit. Upstream's hash maps sum in a random order, so on identical or mirrored nodes its last bits,
+and the ties they decide, vary from run to run; here they are the crate's for insertion order,
+every run.
 
 =item * Values upstream computes NaN or nonsense from are refused, with a message naming the
 field (C<Invalid params: service.stats.maxcpu: ...>): node capacities of 0; negative, infinite
@@ -65,11 +69,6 @@ summed memory.
 =item * Names: a string holding a character UTF-8 cannot carry (a surrogate, past U+10FFFF) is
 refused at its call. In a candidate's C<nodes> and C<resources>, a number is refused even after
 the caller stringified it (upstream takes such a scalar as a string; perl 5.36 and later).
-
-=item * Exact ties: TOPSIS scores equal in exact arithmetic (moves to identical or mirrored
-nodes) are equal here and keep input order; upstream's floats differ by an ulp in an order its
-hash maps set, which TOPSIS can turn into any score. The same for the start scores: identical
-nodes score alike, so the HA manager's sort by name decides.
 
 =item * A failing C<add_service_usage_to_node> changes nothing (upstream loses a moving
 resource on C<is already moving>).
