@@ -329,6 +329,26 @@ subtest "candidates: the written-out rendering is the exact decoder's" => sub {
         '... before an invalid candidate after it, as in the exact decoder');
 };
 
+subtest 'names that are not plain, in any of the three places: the exact path' => sub {
+    # The plain path judges the three names' characters together: each place must still count.
+    my @odd = ('n"q', "n\tt", "n\x{263a}");
+    for my $odd (@odd) {
+        for my $place (qw(sid current target)) {
+            my $usage = static_cluster();
+            $usage->add_node($odd, 64, 1024 * GiB);
+            my %service = (stats => { maxcpu => 1, maxmem => GiB }, running => 1, 'current-node' => 'n1');
+            my $sid = $place eq 'sid' ? $odd : 'vm:1';
+            $service{'current-node'} = $odd if $place eq 'current';
+            $service{'target-node'} = $odd if $place eq 'target';
+            $exact = 0;
+            is(error_of { $usage->add_service($sid, \%service) }, '', "$place " . quotemeta($odd) . ': added');
+            is($exact, 1, '... decoded exactly');
+            my $json = CRSBridge::Codec::json_str($odd);
+            like(journal($usage)->[-1], qr/\Q$json\E/, '... and journaled with the name as JSON writes it');
+        }
+    }
+};
+
 sub static_cluster_with {
     my ($service, @sids) = @_;
     my $usage = static_cluster();

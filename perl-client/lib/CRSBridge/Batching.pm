@@ -74,16 +74,16 @@ sub new_server {
     return;
 }
 
-=item journaled($count)
+=item journaled()
 
-C<$count> entries were journaled; true when a flush is due.
+An entry was journaled; true when a flush is due.
 
 =cut
 
 sub journaled {
-    my ($self, $count) = @_;
-    @$self{qw(pending run)} = ($self->{pending} + $count, $self->{run} + $count);
-    return $self->{pending} >= $self->{due};
+    my ($self) = @_;
+    $self->{run}++;
+    return ++$self->{pending} >= $self->{due};
 }
 
 =item free($handle)

@@ -232,7 +232,9 @@ sub add_resource {
     my $error = _resource_error($self, $sid, $current, $target);
     die $error if defined $error;
     return 0 if !$risky && memory_risk($self, $maxmem);
-    my ($placement, @entry) = (defined $target ? [ $current, $target ] : $current, defined $entry ? $entry : ());
+    my $placement = defined $target ? [ $current, $target ] : $current;
+    my @entry = defined $entry ? $entry : ();
+    # One statement: a signal handler that dies (an alarm) finds the add made or not at all.
     $self->{res}{$sid} = $placement, $self->{bound} += $maxmem, push @{ $self->{journal} }, @entry;
     return 1;
 }

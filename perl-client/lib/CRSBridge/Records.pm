@@ -118,10 +118,11 @@ sub resource_args {
         my ($sid, $r) = @_;
         last PLAIN if ref $r ne 'HASH';
         my ($s, $running, $current, $target) = @$r{ 'stats', 'running', 'current-node', 'target-node' };
-        # (A name that is not plain, see the top: a block, no call per name.)
+        # Plain names (see the top): their characters are judged together, below.
         last PLAIN if ref $s ne 'HASH' || !(_number($running) || _bool($running))
-            || grep { !defined || ref || _number($_) || $_ eq '' || tr/\x00-\x1f"\\// || utf8::is_utf8($_) }
-            $sid, $current, $target // 'none';
+            || !defined $sid || ref $sid || _number($sid) || $sid eq ''
+            || !defined $current || ref $current || _number($current) || $current eq ''
+            || defined $target && (ref $target || _number($target) || $target eq '');
         my ($stats, $maxmem);
         if ($mode eq 'static') {
             my $maxcpu;
@@ -141,9 +142,12 @@ sub resource_args {
                 . ',"maxcpu":' . ($maxcpu == int($maxcpu) ? int($maxcpu) : sprintf(JSON_NUM, $maxcpu))
                 . ',"mem":' . int($mem) . ',"maxmem":' . int($maxmem) . '}';
         }
-        return ('"' . $sid . '",{"stats":' . $stats . ',"running":' . ($running ? 'true' : 'false')
-            . ',"current-node":"' . $current . (defined $target ? '","target-node":"' . $target . '"}' : '"}'),
-            0, "$sid", $current, $target, int($maxmem));
+        my $json = '"' . $sid . '",{"stats":' . $stats . ',"running":' . ($running ? 'true' : 'false')
+            . ',"current-node":"' . $current . (defined $target ? '","target-node":"' . $target . '"}' : '"}');
+        # The names' characters, the three at once: none that JSON escapes, none past Latin-1
+        # (which Perl's UTF-8 flag on the rendered text shows).
+        last PLAIN if utf8::is_utf8($json) || ($sid . $current . ($target // '')) =~ tr/\x00-\x1f"\\//;
+        return ($json, 0, $sid, $current, $target, int($maxmem));
     }
     # Anything else: the exact decoders, with the caller's scalars themselves (see CRSBridge::Args).
     my $sid = arg_string($_[0]);

@@ -94,8 +94,12 @@ sub _resource_adder {
     return sub {
         check_arity($method, \@_, 'this', 'sid', $param) if @_ != 3;
         my $st = ref $_[0] && _reftype($_[0]) eq 'HASH' && $_[0]{_crs} || _state($_[0]);    # (_state, without its call)
-        my ($args, $refused, $sid, $current, $target, $maxmem) = resource_args($_[1], $_[2], $st->{mode}, $param);
-        _mutate($st, $method, $args, $refused, add_resource => $sid, $current, $target, $maxmem);
+        my ($args, $refused, @add) = resource_args($_[1], $_[2], $st->{mode}, $param);
+        # _mutate's common case, one per guest and round, without its call: a value the server
+        # takes, a usable object, an add the mirror records (or dies for, with upstream's message).
+        return CRSBridge::Connection::journaled()
+            if !$refused && $st->{remote}->usable && $st->{mirror}->add_resource(@add, '["' . $method . '",' . $args . ']');
+        _mutate($st, $method, $args, $refused, add_resource => @add);    # dies saying why, or sends it as a call
         return;
     };
 }
