@@ -7,12 +7,13 @@ BIN := $(abspath $(VENV))/bin
 
 setup: $(VENV)/.installed
 
-# editable_mode=compat: the sources go on the path through a plain .pth line; the default mode's
-# import finder costs every start of the server ~15 ms (it imports pathlib).
+# An editable install: crs_bridge.core and crs_bridge.bridge are found in core/ and bridge/ by
+# the import finder setuptools installs (its start-up cost: docs/performance.md).
 $(VENV)/.installed: pyproject.toml
-	python3 -m venv $(VENV)
+	python3 -m venv $(VENV) || { echo "make setup: 'python3 -m venv' failed:" \
+	  "install Python's venv module (Debian, Ubuntu: apt install python3-venv) and run make again" >&2; exit 1; }
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --config-settings editable_mode=compat -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test]'
 	$(MAKE) --no-print-directory bytecode
 	touch $@
 
@@ -56,6 +57,8 @@ deb: setup
 # The package test alone; `make test` runs it too where it can (root, debootstrap, dpkg-dev).
 # CRS_BRIDGE_DEB_SUITE=trixie: on Debian 13 (perl 5.40, Python 3.13).
 deb-test: setup
+	@command -v lintian >/dev/null || echo "make deb-test: lintian is not installed" \
+	  "(apt install lintian): the package's lintian check will be skipped" >&2
 	$(PY) -m pytest -q tests/test_deb_package.py
 
 lint: setup

@@ -52,6 +52,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import orjson
+from trees import python_path
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Environment of the server processes (``--tree`` sets PYTHONPATH, which wins over the editable install).
@@ -411,7 +412,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--tree", type=Path, default=ROOT, help="take bridge/ and core/ from this directory")
     args = parser.parse_args()
-    tree = str(args.tree.resolve())
+    tree = python_path(args.tree)
     sys.path.insert(0, tree)
     if args.tree.resolve() != ROOT:
         SERVER_ENV["PYTHONPATH"] = tree

@@ -22,10 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_e2e import FORMS, METHODS, SERVER, Cluster, compile_sources, score_request  # noqa: E402
+from trees import python_path  # noqa: E402
 
 
 def start(tree: Path) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(tree))
+    env = dict(os.environ, PYTHONPATH=python_path(tree))
     return subprocess.Popen(
         [*SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=tree
     )

@@ -24,7 +24,8 @@ _STAND_IN = """
 import os
 from crs_bridge.bridge import models as m
 from crs_bridge.bridge.transport import FrameReader, enlarge_pipe
-from crs_bridge.bridge.wire import MessageDecoder, params_structs
+from crs_bridge.bridge.structs import params_structs
+from crs_bridge.bridge.wire import MessageDecoder
 
 decoder = MessageDecoder({"score_best_balancing_migrations": params_structs(m.ScoreMigrationsParams, False)})
 enlarge_pipe(0)

@@ -18,6 +18,7 @@ Generation is derandomized: the same trees give the same stream.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import subprocess
 import sys
@@ -31,6 +32,8 @@ from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from trees import python_path  # noqa: E402
+
 from tests import test_hardening_fuzz as fuzz  # noqa: E402
 from tests import test_wire as wire  # noqa: E402
 
@@ -194,13 +197,27 @@ def _framings(draw: Any) -> bytes:
 
 
 def run(tree: Path, data: Path, extra: list[str]) -> bytes:
-    env = dict(os.environ, PYTHONPATH=str(tree))
+    env = dict(os.environ, PYTHONPATH=python_path(tree))
     command = [sys.executable, "-P", "-m", "crs_bridge", "serve", "--max-message-bytes", str(MAX_MESSAGE), *extra]
     with data.open("rb") as stdin:
         done = subprocess.run(command, stdin=stdin, capture_output=True, env=env, cwd=tree, timeout=900)
     if done.returncode != 0:
         raise SystemExit(f"{tree}: exit status {done.returncode}\n{done.stderr.decode()[-3000:]}")
     return done.stdout
+
+
+def show_differences(base: bytes, new: bytes, shown: int = 5) -> None:
+    """How many output lines differ, and the first ``shown`` of them (each cut around where it
+    starts to differ), so that every kind of difference can be told apart and listed."""
+    pairs = list(itertools.zip_longest(base.split(b"\n"), new.split(b"\n"), fillvalue=b""))
+    differing = [(a, b) for a, b in pairs if a != b]
+    documents = sum(b'"openrpc":' in a and b'"openrpc":' in b for a, b in differing)
+    print(f"  {len(differing)} of {len(pairs)} lines differ ({documents} of them rpc.discover documents)")
+    others = [(a, b) for a, b in differing if not (b'"openrpc":' in a and b'"openrpc":' in b)]
+    for a, b in (others or differing)[:shown]:
+        at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        for label, line in (("base", a), ("new", b)):
+            print(f"  {label} at byte {at}: {line[max(0, at - 200) : at + 200]!r}")
 
 
 def main() -> int:
@@ -224,9 +241,7 @@ def main() -> int:
             )
             if not same:
                 failed += 1
-                at = next(i for i, (a, b) in enumerate(zip(*outputs)) if a != b) if min(map(len, outputs)) else 0
-                for label, output in zip(("base", "new"), outputs):
-                    print(f"  {label} at byte {at}: {output[max(0, at - 300) : at + 300]!r}")
+                show_differences(*outputs)
     return 1 if failed else 0
 
 

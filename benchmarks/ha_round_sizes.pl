@@ -1,8 +1,9 @@
 #!/usr/bin/perl
 # The HA manager's round (benchmarks/perl_round.pl: new, add the nodes, add every guest, the
-# imbalance, score the balancing candidates with limit 1, drop the object) at the sizes of
-# issue 17, a third of the guests on one node, static and dynamic: p50 and p90 of the round,
-# the client's and the server's CPU per round (means) apart, and the round trips per round.
+# imbalance, score the balancing candidates with limit 1, drop the object) at the cluster sizes of
+# @SIZES, 3 nodes x 30 guests to 48 x 10000, a third of the guests on one node, static and dynamic:
+# p50 and p90 of the round, the client's and the server's CPU per round (means) apart, and the
+# round trips per round.
 # Each size and mode has two kinds of round (column "round"): "repeat", every round's usage the
 # same as the last (perl_round.pl --change none), and "change", each round's usage differs from
 # the last as on a real cluster (--change stats: dynamic, every node's and guest's measured cpu
@@ -15,8 +16,8 @@
 # runs its own Perl client (DIR/perl-client/lib) and its own server (this tree's Python, with
 # PYTHONPATH=DIR), rounds alternated in blocks between the trees, so that the machine's noise
 # falls on all of them alike. The last column is each tree's p50 over the first tree's.
-# E.g. main's HEAD against this tree:
-#   git -C /work/main archive HEAD | (mkdir -p /tmp/base && tar -x -C /tmp/base)
+# E.g. the last commit against the working tree:
+#   mkdir -p /tmp/base && git archive HEAD | tar -x -C /tmp/base
 #   PATH=.venv/bin:$PATH perl benchmarks/ha_round_sizes.pl --tree /tmp/base --tree .
 # --scale F: F times the default rounds per size (from 200 at 3 x 30 to 8 at 48 x 10000).
 # --only, --round: only that size, only that kind of round.
@@ -25,6 +26,7 @@ use strict;
 use warnings;
 
 use Cwd ();
+use File::Temp ();
 use FindBin;
 use Getopt::Long;
 use IPC::Open2 ();
@@ -111,7 +113,8 @@ sub measure {
 # A perl_round.pl --stream process on $tree's client and server, warmed up.
 sub worker {
     my ($tree, $nodes, $guests, $mode, $change) = @_;
-    local $ENV{CRS_BRIDGE_COMMAND} = "env PYTHONPATH=$tree $python -P -m crs_bridge serve";
+    my $path = python_path($tree);
+    local $ENV{CRS_BRIDGE_COMMAND} = "env PYTHONPATH=$path $python -P -m crs_bridge serve";
     my @cmd = ($^X, "$FindBin::Bin/perl_round.pl", '--stream', '--lib', "$tree/perl-client/lib",
         '--json', $opt{json}, '--nodes', $nodes, '--guests', $guests, '--mode', $mode, '--change', $change,
         '--layout', 'third');
@@ -121,6 +124,20 @@ sub worker {
     my ($server) = ask($w, 'rounds 0') =~ /^server (\S+)$/m;
     $w->{server} = $server;
     return $w;
+}
+
+# The PYTHONPATH entry under which crs_bridge, crs_bridge.core and crs_bridge.bridge are $tree's
+# own: the tree itself if it links them into crs_bridge/, else a temporary folder with a compiled
+# copy of its crs_bridge/ and links to its core/ and bridge/ (benchmarks/trees.py says why).
+sub python_path {
+    my ($tree) = @_;
+    return $tree if -e "$tree/crs_bridge/core";
+    my $farm = File::Temp::tempdir('crs-bridge-tree-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+    system($python, '-c', 'import sys; sys.path.insert(0, sys.argv[1]); from trees import python_path; '
+        . 'import shutil; shutil.copytree(python_path(sys.argv[2]), sys.argv[3], dirs_exist_ok=True, symlinks=True)',
+        $FindBin::Bin, $tree, $farm) == 0
+        or die "cannot lay out $tree for PYTHONPATH in $farm\n";
+    return $farm;
 }
 
 sub ask {

@@ -10,7 +10,8 @@
 #       [--nodes 4] [--guests 300] [--rounds 600]
 #
 # To compare two clients, run it alternately with each --lib a few times (the machine's noise
-# moves whole runs): e.g. /tmp/base/perl-client/lib and perl-client/lib.
+# moves whole runs): e.g. /tmp/base/perl-client/lib (the last commit, as benchmarks/perl_round.pl
+# makes it) and perl-client/lib.
 
 use strict;
 use warnings;

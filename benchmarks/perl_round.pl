@@ -19,8 +19,9 @@
 #       [--stream]               (for benchmarks/ha_round_sizes.pl: rounds on request, see there)
 #
 # A before/after comparison runs both sides alternately, each with its own client and server, e.g.
-#   CRS_BRIDGE_COMMAND="env PYTHONPATH=/tmp/old /work/main/.venv/bin/python -P -m crs_bridge serve" \
-#       perl benchmarks/perl_round.pl --lib /tmp/old/perl-client/lib ...
+# the last commit (mkdir -p /tmp/base && git archive HEAD | tar -x -C /tmp/base) as the "before":
+#   CRS_BRIDGE_COMMAND="env PYTHONPATH=/tmp/base .venv/bin/python -P -m crs_bridge serve" \
+#       perl benchmarks/perl_round.pl --lib /tmp/base/perl-client/lib ...
 # (-P: without it, "python -m" puts the current directory first on sys.path, ahead of
 # PYTHONPATH, and a run from this tree would serve this tree's code.)
 

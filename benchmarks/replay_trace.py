@@ -23,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from trees import python_path
+
 ROOT = Path(__file__).resolve().parent.parent
 
 _CHILD = r"""
@@ -85,7 +87,7 @@ else:
 
 
 def run(tree: Path, trace: str, passes: int, profile: str) -> str:
-    env = {**os.environ, "PYTHONPATH": str(tree.resolve())}
+    env = {**os.environ, "PYTHONPATH": python_path(tree)}
     command = [sys.executable, "-P", "-c", _CHILD, str(Path(trace).resolve()), str(passes), profile]
     done = subprocess.run(command, env=env, cwd=tree, capture_output=True, text=True)
     if done.returncode != 0:

@@ -174,6 +174,8 @@ class Soak:
         reader.start()
         started = time.perf_counter()
         warm_rss = None
+        # The warm-up figure is taken at the first progress line: one comes by the last call.
+        progress = min(self.args.progress, self.args.calls)
         traffic = Traffic(self.args.seed).calls()
         batch: list[bytes] = []
         for ident in range(1, self.args.calls + 1):
@@ -186,7 +188,7 @@ class Soak:
             batch.append(orjson.dumps({"jsonrpc": "2.0", "id": ident, "method": method, "params": params or []}))
             if len(batch) >= 64:
                 self.send(batch)
-            if ident % self.args.progress == 0:
+            if ident % progress == 0:
                 self.send(batch)
                 elapsed = time.perf_counter() - started
                 rss = rss_bytes(self.process.pid)
@@ -227,7 +229,7 @@ class Soak:
               f"snapshot scoring {counts['score_best_balancing_migrations']}, errors expected "
               f"{counts['errors expected']}")  # fmt: skip
         print(f"server RSS after the first call {self.start_rss / 2**20:.1f} MiB; "
-              f"after the first {self.args.progress} calls {warm_rss / 2**20:.1f} MiB; "
+              f"after the first {progress} calls {warm_rss / 2**20:.1f} MiB; "
               f"at the end {end_rss / 2**20:.1f} MiB "
               f"({(end_rss - warm_rss) / 2**20:+.1f} MiB since warm-up)")  # fmt: skip
         print(f"live scheduler handles at the end (bridge.info): {live}; server exit status {status}")
@@ -274,12 +276,20 @@ class Soak:
             self.last_info = answer["result"]
 
 
+def positive(text: str) -> int:
+    """An argument that must be an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=1_000_000, help="calls to make (default 1000000)")
+    parser.add_argument("--calls", type=positive, default=1_000_000, help="calls to make (default 1000000)")
     parser.add_argument("--max-seconds", type=float, default=1200.0, help="stop sending after this (default 1200)")
     parser.add_argument("--window", type=int, default=2000, help="most requests in flight (default 2000)")
-    parser.add_argument("--progress", type=int, default=50_000, help="print progress every N calls")
+    parser.add_argument("--progress", type=positive, default=50_000, help="print progress every N calls")
     parser.add_argument("--seed", type=int, default=1)
     return Soak(parser.parse_args()).run()
 

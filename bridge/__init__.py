@@ -9,6 +9,6 @@ __version__ = "0.1.0"
 UPSTREAM = {"crate": ["2.0.0", "2.1.0"], "libpve-rs-perl": "0.13.0", "pve-ha-manager": "5.2.0"}
 
 # The engine does no BLAS work that threads would speed up, while OpenBLAS starts a spinning
-# thread per core as NumPy is imported: on a 2-core host that doubles the CPU time of a server's
-# start (about 100 ms). One thread, unless the environment says otherwise.
+# thread per core as NumPy is imported (docs/performance.md): one thread, unless the environment
+# says otherwise.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from .models import MUTATION_ARGS, UNION_TAGS
+from .models import MUTATION_ARGS
+from .records import UNION_TAGS
 
 #: At most this many entries in an error's ``data.errors``.
 MAX_ERROR_DETAILS = 20
@@ -96,3 +97,11 @@ class MethodUnavailableError(LookupError):
         self.method = method
         self.mode = mode
         self.handle = handle
+
+
+class UnknownMethodError(LookupError):
+    """A method the server does not have."""
+
+    def __init__(self, method: str) -> None:
+        self.method = shorten(method)
+        super().__init__(f"Method not found: '{self.method}'")

@@ -42,7 +42,7 @@ class ServerLimits:
     The default depth is orjson's own limit, enforced in C while decoding, at no cost; nothing
     in the server walks input deeper than its schema (valid requests nest at most 7 deep, a batch
     adds one level), so no depth reaches Python's recursion limit. A lower depth is checked by
-    the parser too, at a cost of about 0.1 ms for each message with more brackets than the limit
+    the parser too, which costs a message with more brackets than the limit a second pass
     (see :func:`bridge.protocol.decode_json`).
     """
 

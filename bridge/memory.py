@@ -2,9 +2,8 @@
 
 glibc serves every allocation of 128 KiB or more with fresh pages from mmap and unmaps them when
 it is freed. A scoring call's candidate-sized arrays are that big (30k float64 are 240 KiB), so
-each call faulted all of them in anew; in a VM a page fault costs microseconds, and the scoring of
-one HA round (2000 bundles, 30k candidates) spent more time in page faults than in its math
-(measured: 4-6 ms against 2 ms). :func:`keep_freed_memory` raises glibc's mmap threshold to
+each call faulted all of them in anew, and in a VM a round's scoring spent more time in page
+faults than in its math (docs/performance.md). :func:`keep_freed_memory` raises glibc's mmap threshold to
 32 MiB, so such arrays come from the heap, whose freed memory is reused, and its trim threshold to
 128 MiB, so the heap keeps up to that much free memory. Allocations of 32 MiB and more (the
 arrays of 100k-candidate requests) are still mapped and unmapped, so the server's resident size

@@ -1,310 +1,44 @@
-"""The wire schema: pydantic v2 models for every method's params and result.
+"""The wire schema of every method's params: pydantic v2 models (their records and scalar types
+are in :mod:`bridge.records`, the results' in :mod:`bridge.results`).
 
-This module is the single source of the JSON-RPC contract's shapes (spec ``rpc.md``): the strict
-decoder of :mod:`bridge.wire` is generated from these models, they validate (and word the errors
+These models are the single source of the JSON-RPC contract's params shapes (spec ``rpc.md``): the
+strict decoder of :mod:`bridge.wire` is generated from them, they validate (and word the errors
 of) whatever that decoder refuses, and ``rpc.discover`` generates its OpenRPC document from them,
-so none of the three can drift from the others.
-
-Conventions:
-
-* Units: cpu values are cores (numbers), memory values are bytes (integers; integral floats such
-  as ``4.0`` are accepted as the integer they hold). Key names are the binding's own, kebab-case
-  where upstream's are (``current-node``), so a Perl hash passes through unchanged.
-* Strict types: a number given as a string, or a bool given as a number, is refused, except
-  ``running`` (see :data:`Running`), which follows Perl truthiness as upstream's binding does.
-* :class:`Record` (nested objects) ignores unknown keys as upstream's binding does;
-  :class:`Params` (a method's params) refuses unknown names, so a misspelt option cannot pass
-  silently.
-* Bounds are those of :mod:`core.limits` (finite, no overflow), so values that pass these models
-  also pass the engine's own checks.
+so none of the three can drift from the others. :class:`Params` (a method's params) refuses
+unknown names, so a misspelt option cannot pass silently. Field order is the positional order.
 """
 
 # No ``from __future__ import annotations`` here: pydantic would then compile and evaluate every
 # annotation string when each model class is created (1.4% of a server start's instructions).
 from typing import Annotated, Any, ClassVar, Literal, Union
 
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Discriminator,
-    Field,
-    GetJsonSchemaHandler,
-    Strict,
-    StringConstraints,
-    Tag,
-    ValidationError,
-    ValidatorFunctionWrapHandler,
-    WithJsonSchema,
-    WrapValidator,
-    model_validator,
-)
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Strict, Tag, model_validator
 from pydantic_core import PydanticCustomError
 
 from ..core.imbalance import DEFAULT_FORMULA
-from ..core.limits import MAX_BYTES, MAX_CORES
-from ..core.verdicts import EXPLAIN_REASONS, HA_MARGIN, HA_THRESHOLD, PLAN_MAX_STEPS, STOP_REASONS
-from .limits import LIMITS
-
-# -- scalar types ---------------------------------------------------------------------------
-
-
-def _integral_float_to_int(value: Any) -> Any:
-    # JSON encoders (Perl's among them) may write 4294967296 as 4294967296.0; keep the integer.
-    if type(value) is float and value.is_integer():
-        return int(value)
-    return value
-
-
-def _perl_truth(value: Any) -> Any:
-    # Upstream's binding decodes a bool from any numeric scalar or undef by Perl truthiness
-    # (binding.md 6.2); strings stay refused, as upstream refuses them.
-    if value is None:
-        return False
-    if type(value) in (int, float):
-        return value != 0
-    return value
-
-
-# Constraints go left of a BeforeValidator: to its right, pydantic applies them as a separate
-# step and publishes them as non-standard keys ("ge") instead of JSON Schema's ("minimum").
-
-#: A non-empty name (node name, sid).
-Name = Annotated[str, StringConstraints(min_length=1)]
-
-#: Cores (cpu usage or limit): a finite number in [0, 2**53] (-0.0 is 0.0 to the engine:
-#: :func:`bridge.wire.unsigned`).
-Cores = Annotated[float, Field(ge=0, le=MAX_CORES, allow_inf_nan=False)]
-
-#: A node's core count: an integer in [1, 2**53].
-NodeCores = Annotated[int, Field(gt=0, le=int(MAX_CORES)), BeforeValidator(_integral_float_to_int)]
-
-#: Bytes: an integer in [0, 2**62 - 1].
-Bytes = Annotated[int, Field(ge=0, le=MAX_BYTES), BeforeValidator(_integral_float_to_int)]
-
-#: A node's memory size: an integer number of bytes in [1, 2**62 - 1].
-NodeBytes = Annotated[int, Field(gt=0, le=MAX_BYTES), BeforeValidator(_integral_float_to_int)]
-
-#: A threshold or margin: a finite fraction >= 0 (0.3 = 30 %; not a percentage).
-Fraction = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-
-#: A count (``limit``): a non-negative integer of any size (nothing is allocated for it).
-Count = Annotated[int, Field(ge=0), BeforeValidator(_integral_float_to_int)]
-
-#: Whether a resource runs (true) or is starting (false). JSON booleans; numbers and null are
-#: also accepted with Perl truthiness (0 and null are false), as upstream's binding accepts them.
-Running = Annotated[
-    bool,
-    BeforeValidator(_perl_truth),
-    WithJsonSchema(
-        {
-            "anyOf": [{"type": "boolean"}, {"type": "number"}, {"type": "null"}],
-            "description": "true = running (started), false = starting; numbers and null by Perl truthiness",
-        }
-    ),
-]
-
-#: An opaque scheduler handle, as returned by ``scheduler.new``.
-Handle = Annotated[str, StringConstraints(min_length=1), Field(description="a scheduler handle from scheduler.new")]
-
-Mode = Literal["static", "dynamic"]
-Formula = Literal["normalized", "raw"]
-Method = Literal["bruteforce", "topsis"]
-
-#: Names pydantic puts into error locations for tagged unions; not fields, left out of ``loc``.
-UNION_TAGS = frozenset({"static", "dynamic", "compact", "expanded"})
-
-
-# -- records --------------------------------------------------------------------------------
-
-
-class Record(BaseModel):
-    """A nested object: unknown keys are ignored, as upstream's binding ignores them."""
-
-    model_config = ConfigDict(strict=True, extra="ignore", defer_build=True)
-
-
-class StaticStats(Record):
-    """A static resource's configured limits: ``maxcpu`` cores (0 = no CPU limit, i.e. the whole
-    node) and ``maxmem`` bytes. Static mode also takes them as the resource's running usage."""
-
-    maxcpu: Cores
-    maxmem: Bytes
-
-
-class DynamicStats(Record):
-    """A dynamic resource's measured usage (``cpu`` cores, ``mem`` bytes) and limits
-    (``maxcpu`` cores, 0 = no CPU limit; ``maxmem`` bytes)."""
-
-    cpu: Cores
-    maxcpu: Cores
-    mem: Bytes
-    maxmem: Bytes
-
-
-class DynamicNodeStats(Record):
-    """A dynamic node's measured usage (``cpu`` cores, ``mem`` bytes) and capacity (``maxcpu``
-    cores > 0, ``maxmem`` bytes > 0)."""
-
-    cpu: Cores
-    maxcpu: NodeCores
-    mem: Bytes
-    maxmem: NodeBytes
-
-
-class StaticNode(Record):
-    """A node of a static snapshot: capacity only. ``cpu`` and ``mem`` may be given but are
-    ignored (static nodes start at 0 usage; their services add to it)."""
-
-    name: Name
-    maxcpu: NodeCores
-    maxmem: NodeBytes
-    cpu: Cores = 0.0
-    mem: Bytes = 0
-
-
-class DynamicNode(Record):
-    """A node of a dynamic snapshot: measured usage and capacity."""
-
-    name: Name
-    maxcpu: NodeCores
-    maxmem: NodeBytes
-    cpu: Cores
-    mem: Bytes
-
-
-class StaticService(Record):
-    """A static service as ``add_service`` takes it; moving from ``current-node`` to
-    ``target-node`` when the target is set (it then loads both nodes)."""
-
-    stats: StaticStats
-    running: Running
-    current_node: Name = Field(alias="current-node")
-    target_node: Name | None = Field(default=None, alias="target-node")
-
-
-class DynamicResource(Record):
-    """A dynamic resource as ``add_resource`` takes it; moving when ``target-node`` is set."""
-
-    stats: DynamicStats
-    running: Running
-    current_node: Name = Field(alias="current-node")
-    target_node: Name | None = Field(default=None, alias="target-node")
-
-
-class StaticSnapshotResource(StaticService):
-    """A service of a static snapshot: its sid and what ``add_service`` takes."""
-
-    sid: Name
-
-
-class DynamicSnapshotResource(DynamicResource):
-    """A resource of a dynamic snapshot: its sid and what ``add_resource`` takes."""
-
-    sid: Name
-
-
-#: Entries of a long list validated at a time (see :func:`InParts`).
-_PART = 1000
-
-
-def _in_parts(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-    # pydantic reports every bad entry of a list, at some 1 KB of memory per error: refusing a
-    # million empty objects took gigabytes. Part by part, validation stops at the first part
-    # with an error and reports that part's errors.
-    if type(value) is not list or len(value) <= _PART:
-        return handler(value)
-    validated = []
-    for start in range(0, len(value), _PART):
-        try:
-            validated += handler(value[start : start + _PART])
-        except ValidationError:
-            handler(value[: start + _PART])  # raises the same errors, indexed as in the whole list
-            raise
-    return validated
-
-
-def InParts(item: Any) -> Any:  # noqa: N802 (a type)
-    """``list[item]``, validated :data:`_PART` entries at a time: a long list's errors are those
-    of its first part with an error (a list's entries are checked one by one, so a valid list
-    gives the same result, and the errors reported are the first ones, in order)."""
-    return Annotated[list[item], WrapValidator(_in_parts)]
-
-
-class StaticUsage(Record):
-    """A full static cluster snapshot; the order of ``nodes`` is the node order."""
-
-    mode: Literal["static"]
-    nodes: InParts(StaticNode)
-    resources: InParts(StaticSnapshotResource) = []
-
-
-class DynamicUsage(Record):
-    """A full dynamic cluster snapshot; the order of ``nodes`` is the node order."""
-
-    mode: Literal["dynamic"]
-    nodes: InParts(DynamicNode)
-    resources: InParts(DynamicSnapshotResource) = []
-
-
-#: A cluster snapshot, static or dynamic by its ``mode``.
-Usage = Annotated[StaticUsage | DynamicUsage, Field(discriminator="mode")]
-
-
-class CompactCandidate(Record):
-    """A bundle as the HA manager builds it: ``leader`` sid, the bundle's ``resources`` (leader
-    included) and the allowed target ``nodes``; one candidate per target, in ``nodes`` order.
-    Any string, even an empty one: the engine reports an unknown name in upstream's order (an
-    unknown leader anywhere in the list before an unknown target)."""
-
-    leader: str
-    nodes: InParts(str)
-    resources: InParts(str)
-
-
-class Candidate(Record):
-    """An already expanded candidate: move ``sid`` with ``stats`` (only ``cpu`` and ``mem`` move)."""
-
-    sid: Name
-    source_node: Name = Field(alias="source-node")
-    target_node: Name = Field(alias="target-node")
-    stats: DynamicStats
-
-
-def candidate_form(value: Any) -> str:
-    """Which form a candidates list is: ``expanded`` if its first element is a :class:`Candidate`
-    or an object with ``sid`` and no ``leader``, else ``compact`` (an empty list too). Decided by
-    the first element only: validating 100k entries against both forms would double the cost,
-    and a mixed list is an error either way."""
-    if isinstance(value, list) and value:
-        first = value[0]
-        if isinstance(first, Candidate) or (isinstance(first, dict) and "leader" not in first and "sid" in first):
-            return "expanded"
-    return "compact"
-
-
-class _PublishAsAnyOf:
-    """Publish a union's JSON schema as ``anyOf``: an empty list is valid in both forms, which
-    ``oneOf`` would reject."""
-
-    def __get_pydantic_json_schema__(self, core_schema: Any, handler: GetJsonSchemaHandler) -> dict:
-        schema = handler(core_schema)
-        if "oneOf" in schema:
-            schema["anyOf"] = schema.pop("oneOf")
-        return schema
-
-
-#: Candidates: a list of :class:`CompactCandidate` or a list of :class:`Candidate`.
-Candidates = Annotated[
-    Annotated[InParts(CompactCandidate), Tag("compact")] | Annotated[InParts(Candidate), Tag("expanded")],
-    Discriminator(candidate_form),
-    _PublishAsAnyOf(),
-]
-
-#: Stats of a resource to start: :class:`StaticStats` for a static cluster, :class:`DynamicStats`
-#: for a dynamic one (tried in that order of completeness: dynamic first).
-StartStats = Annotated[DynamicStats | StaticStats, Field(union_mode="left_to_right")]
-
+from ..core.verdicts import HA_MARGIN, HA_THRESHOLD, PLAN_MAX_STEPS
+from .records import (
+    Candidates,
+    CompactCandidate,
+    Count,
+    DynamicNodeStats,
+    DynamicResource,
+    DynamicStats,
+    Formula,
+    Fraction,
+    Handle,
+    InParts,
+    Method,
+    Mode,
+    Name,
+    NodeBytes,
+    NodeCores,
+    StartStats,
+    StaticService,
+    StaticStats,
+    Usage,
+    _integral_float_to_int,
+)
 
 # -- params ---------------------------------------------------------------------------------
 
@@ -582,82 +316,7 @@ class DynamicApplyParams(SchedulerParams):
     mutations: InParts(DynamicMutation) = Field(description=_MUTATIONS_DESCRIPTION)
 
 
-# -- results --------------------------------------------------------------------------------
-
-
-class Result(BaseModel):
-    """A result shape (results are built as plain JSON values; these models give their schema)."""
-
-    # Only rpc.discover needs them built; building at import would delay every server's start.
-    model_config = ConfigDict(defer_build=True)
-
-
-class Migration(Result):
-    """Move ``sid`` from ``source-node`` to ``target-node``."""
-
-    sid: str
-    source_node: str = Field(alias="source-node")
-    target_node: str = Field(alias="target-node")
-
-
-class ScoredMigration(Result):
-    """A migration and the node imbalance it would leave (truncated to 15 decimals)."""
-
-    migration: Migration
-    imbalance: float
-
-
-#: ``[node name, score]``: score in [0, 1], higher is better.
-StartScore = tuple[str, float]
-
-
-class SchedulerHandle(Result):
-    """The handle of a new scheduler."""
-
-    scheduler: str
-
-
-class Upstream(Result):
-    """The upstream releases whose semantics crs-bridge follows."""
-
-    crate: list[str] = Field(description="proxmox-resource-scheduling versions (2.0.0 raw, 2.1.0 normalized)")
-    libpve_rs_perl: str = Field(alias="libpve-rs-perl")
-    pve_ha_manager: str = Field(alias="pve-ha-manager")
-
-
-class Limits(Result):
-    """Limits the server enforces."""
-
-    max_message_bytes: int = Field(description=LIMITS["max_message_bytes"])
-    max_nodes: int = Field(description=LIMITS["max_nodes"])
-    max_resources: int = Field(description=LIMITS["max_resources"])
-    max_candidates: int = Field(description=LIMITS["max_candidates"])
-    max_json_depth: int = Field(description=LIMITS["max_json_depth"])
-    max_bytes: int = Field(description="largest byte count accepted (mem, maxmem)")
-    max_cores: float = Field(description="largest core count accepted (cpu, maxcpu)")
-    max_error_details: int = Field(description="at most this many entries in an error's data.errors")
-
-
-class BridgeInfo(Result):
-    """What ``bridge.info`` returns."""
-
-    name: str
-    version: str
-    upstream: Upstream
-    imbalance_formulas: dict[str, str] = Field(description="formula name -> what it computes")
-    default_imbalance: str
-    migration_methods: list[str]
-    framings: dict[str, str] = Field(description="framing name -> how a message is delimited")
-    limits: Limits
-    schedulers: int = Field(description="live scheduler handles")
-
-
-# -- rebalance plan and explanations (params and results) -----------------------------------
-
-#: Why a plan stopped (``stop-reason``).
-StopReason = Literal[STOP_REASONS]
-#: Why an explanation's choice would move (``migrate``) or not.
-ExplainReason = Literal[EXPLAIN_REASONS]
+# -- rebalance plan and explanations -----------------------------------
 
 #: How many choices to explain: an integer >= 1.
 ExplainLimit = Annotated[int, Field(ge=1), BeforeValidator(_integral_float_to_int)]
@@ -703,116 +362,3 @@ class ExplainParams(ClusterParams):
     imbalance: Formula | None = _IMBALANCE
     threshold: Fraction | None = Field(default=None, description=f"{_THRESHOLD}; null: no such check")
     margin: Fraction | None = Field(default=None, description=f"{_MARGIN}; null: no such check")
-
-
-class Loads(Result):
-    """A node's cpu load, memory load and load (their mean): fractions of its capacity (> 1 when
-    overcommitted)."""
-
-    cpu_load: float = Field(alias="cpu-load")
-    mem_load: float = Field(alias="mem-load")
-    load: float
-
-
-class NodeLoad(Loads):
-    """One node's loads."""
-
-    node: str
-
-
-class ClusterLoad(Result):
-    """Every node's loads in node order, and the node imbalance (untruncated)."""
-
-    imbalance: float
-    nodes: list[NodeLoad]
-
-
-class PlanStep(Migration):
-    """One planned move: the bundle led by ``sid`` (all of ``resources``) from ``source-node`` to
-    ``target-node``. ``expected-imbalance`` is the scorer's (truncated) value, as a single-move
-    method returns it; ``imbalance-before``/``-after`` are the planned state's around the move."""
-
-    resources: list[str]
-    expected_imbalance: float = Field(alias="expected-imbalance")
-    imbalance_before: float = Field(alias="imbalance-before")
-    imbalance_after: float = Field(alias="imbalance-after")
-
-
-class RebalancePlan(Result):
-    """The moves in order, why the plan stopped, and every node's load before and after it."""
-
-    method: Method
-    imbalance_formula: Formula = Field(alias="imbalance-formula")
-    threshold: float
-    margin: float
-    max_steps: int | None = Field(alias="max-steps")
-    allow_repeat: bool = Field(alias="allow-repeat")
-    steps: list[PlanStep]
-    stop_reason: StopReason = Field(alias="stop-reason")
-    stop_message: str = Field(alias="stop-message", description="the stop reason as a sentence")
-    before: ClusterLoad
-    after: ClusterLoad
-
-
-class NodeChange(Result):
-    """A node's loads before and after a migration."""
-
-    node: str
-    before: Loads
-    after: Loads
-
-
-class TopsisRow(Result):
-    """A candidate's TOPSIS numbers: raw and normalised criteria (in the order of
-    ``topsis.criteria``), weighted distances to the ideal best and worst, score in [0, 1]."""
-
-    criteria: list[float]
-    normalised: list[float]
-    distance_to_best: float = Field(alias="distance-to-best")
-    distance_to_worst: float = Field(alias="distance-to-worst")
-    score: float
-
-
-class TopsisIdeal(Result):
-    """The TOPSIS reference points: criteria names, weights, ideal best and worst values."""
-
-    criteria: list[str]
-    weights: list[float]
-    ideal_best: list[float] = Field(alias="ideal-best")
-    ideal_worst: list[float] = Field(alias="ideal-worst")
-
-
-class MigrationDetail(Result):
-    """One scored candidate: what the scorer returns for it (``migration``, ``imbalance``), its
-    position in the expanded candidate list, its source and target loads before and after, and
-    (TOPSIS only) its TOPSIS numbers."""
-
-    candidate_index: int = Field(alias="candidate-index")
-    migration: Migration
-    imbalance: float
-    source: NodeChange
-    target: NodeChange
-    topsis: TopsisRow | None = Field(default=None, description="TOPSIS only")
-
-
-class Explanation(Result):
-    """Why the scorer chooses what it chooses, or why nothing should move (``reason`` != 'migrate')."""
-
-    method: Method
-    imbalance_formula: Formula = Field(alias="imbalance-formula")
-    limit: int
-    threshold: float | None
-    margin: float | None
-    current: ClusterLoad
-    candidate_count: int = Field(alias="candidate-count")
-    chosen: list[MigrationDetail] = Field(description="what the scorer returns with limit, best first")
-    runner_up: MigrationDetail | None = Field(alias="runner-up", description="the next one after chosen")
-    best_imbalance: float | None = Field(
-        alias="best-imbalance", description="lowest imbalance any candidate leaves (TOPSIS may choose another)"
-    )
-    relative_improvement: float | None = Field(
-        alias="relative-improvement", description="(current - chosen[0]) / current; null without candidates"
-    )
-    reason: ExplainReason
-    message: str = Field(description="the reason as a sentence")
-    topsis: TopsisIdeal | None = Field(default=None, description="TOPSIS only")

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from .protocol import INVALID_PARAMS, METHOD_NOT_FOUND, SCHEDULING_ERROR, UNKNOWN_HANDLE
+from .codes import INVALID_PARAMS, METHOD_NOT_FOUND, SCHEDULING_ERROR, UNKNOWN_HANDLE
 from .registry import ANY_MODE, MethodSpec
 
 OPENRPC_VERSION = "1.3.2"

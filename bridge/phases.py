@@ -2,7 +2,7 @@
 
 The code that handles a message calls :func:`mark` at the end of each phase (``decode``,
 ``validate``, ``snapshot``, ``candidates``, ``score``, ``run``: the rest of the method's work,
-``foreseen``: a call answered from :mod:`bridge.foresight` instead, ``encode``) when
+``encode``) when
 :data:`timing` is true; the tracer brackets a message with :func:`start` and :func:`take`.
 Without a tracer the timing costs a global lookup and a test per phase, and no call (a message's
 way through the wire layer stays as short as its work). One message at a time (the server is

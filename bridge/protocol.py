@@ -1,28 +1,24 @@
-"""JSON-RPC 2.0 over the method tables: decoding, envelope checks, dispatch, error codes.
+"""JSON-RPC 2.0 messages over the method tables: decode, check, call, answer.
 
-:meth:`Protocol.handle` takes one message (bytes, already unframed) and returns the response
-bytes, or None when nothing is to be answered (a notification, or a batch of notifications).
+:meth:`Protocol.handle` takes one message (bytes, unframed by :mod:`bridge.transport`) and
+returns the answer bytes, or None when there is nothing to answer (notifications). Its steps:
 
-* A message is decoded once, strictly, into the structs of :mod:`bridge.wire` (envelope, params
-  and records together). Where the strict decoder refuses it, orjson decodes it and the envelopes
-  are checked here (:func:`request_problem`: jsonrpcserver's request schema, with a message saying
-  what is wrong; each batch element on its own, as JSON-RPC 2.0 specifies); each request's params
-  then go to the models (:meth:`Protocol._typed`, the one fallback), which word every error.
-  A message that is not JSON gets -32700 with the position.
-* The requests of a message are dispatched by jsonrpcserver, in one call (its
-  ``dispatch_to_response_pure``, given the decoded requests, their methods and params as the
-  context, and each request's position in it as its params): it looks each method up, calls it and
-  makes the response. A method's exceptions become error codes (:func:`error_for`); a
-  notification's call runs too, and its answer is dropped.
+1. **Decode** the message once, into the typed structs of :mod:`bridge.wire`: envelope, params and
+   records, generated from the models of :mod:`bridge.models` and checked as they are parsed. A
+   message those strict types refuse is decoded as plain JSON instead (orjson, within the depth
+   limit); one that is not JSON is answered -32700.
+2. **Check** each request: a plain JSON one against JSON-RPC's envelope rules (-32600 saying what
+   is wrong, each batch element on its own); params the strict types did not settle against the
+   method's params model (pydantic accepts the lax forms and words every error), which gives the
+   same structs.
+3. **Call** the method with its params struct and **answer**: its result, or the error that
+   :func:`error_for` makes of what it raised (the one place where exceptions become error codes).
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import inspect
 import logging
-import sys
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -31,56 +27,30 @@ import orjson
 from ..core import InvalidInputError, SchedulingError
 from . import models as m
 from . import phases, stateless
+from .codes import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    SCHEDULING_ERROR,
+    UNKNOWN_HANDLE,
+)
 from .errors import (
     MAX_ERROR_DETAILS,
     MethodUnavailableError,
     MutationError,
     ParamsError,
     UnknownHandleError,
+    UnknownMethodError,
     shorten,
 )
-from .foresight import Foresight
 from .limits import ORJSON_MAX_DEPTH, how_to_raise
 from .registry import ANY_MODE, MethodSpec, Variant
 from .schedulers import STAGING_METHODS, State
-from .wire import MessageDecoder, ParamsDecoder, check_call_sizes
-
-
-def _import_without_package_init(package: str, *modules: str) -> list[Any]:
-    """``package``'s ``modules``, imported without running the package's ``__init__``.
-
-    jsonrpcserver's ``__init__`` imports all it offers: its asyncio dispatcher, an HTTP server
-    and the JSON-schema request validator, 85-95 ms of a server start (``python -X importtime -c
-    'import jsonrpcserver'``) against a budget of 300 ms. The server needs only the synchronous
-    dispatcher, which imports none of them (nor does oslash's ``either``, without the other monads
-    oslash's ``__init__`` imports). A later ``import jsonrpcserver`` runs the real ``__init__``,
-    which reuses the modules loaded here.
-    """
-    bare = package not in sys.modules
-    if bare:  # a package that knows its path and ran nothing
-        sys.modules[package] = importlib.util.module_from_spec(importlib.util.find_spec(package))
-    try:
-        return [importlib.import_module(f"{package}.{module}") for module in modules]
-    finally:
-        if bare:
-            del sys.modules[package]
-
-
-_import_without_package_init("oslash", "either")
-_dispatcher, _response, _result, _sentinels = _import_without_package_init(
-    "jsonrpcserver", "dispatcher", "response", "result", "sentinels"
-)
-Success, Error, NODATA = _result.Success, _result.Error, _sentinels.NODATA
+from .wire import MessageDecoder, ParamsDecoder, as_wire, check_call_sizes
 
 log = logging.getLogger("crs-bridge")
-
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-SCHEDULING_ERROR = -32000
-UNKNOWN_HANDLE = -32001
 
 _MEMBERS = frozenset({"jsonrpc", "method", "id", "params"})
 
@@ -88,7 +58,7 @@ _MEMBERS = frozenset({"jsonrpc", "method", "id", "params"})
 def request_problem(request: Any) -> str | None:
     """What makes ``request`` an invalid JSON-RPC 2.0 request object, or None if it is valid.
 
-    Same rules as jsonrpcserver's request schema: an object with ``"jsonrpc": "2.0"``, a string
+    JSON-RPC 2.0's rules for a request object: ``"jsonrpc": "2.0"``, a string
     ``method``, optional ``id`` (string, number or null), optional ``params`` (array or object),
     and no other member.
     """
@@ -131,8 +101,10 @@ def error_response(code: int, detail: str) -> dict:
 
 
 def error_for(exc: Exception) -> tuple[int, str, Any]:
-    """The JSON-RPC error ``(code, message, data)`` for an exception raised by a method (``data``
+    """The JSON-RPC error ``(code, message, data)`` for an exception raised by a call (``data``
     None: left out)."""
+    if isinstance(exc, UnknownMethodError):
+        return METHOD_NOT_FOUND, f"Method not found: '{exc.method}'", exc.method
     if isinstance(exc, MutationError):  # the entry's own error, saying which entry it was
         code, message, data = error_for(exc.cause)
         return code, message, {**(data or {}), "index": exc.index, "method": exc.method}
@@ -180,8 +152,8 @@ def decode_json(message: bytes, max_depth: int) -> Any:
     more brackets than ``max_depth`` cannot be that deep and are decoded as they are. Raises
     orjson.JSONDecodeError for invalid JSON, with the position in ``message`` itself.
     """
-    # A big message has more brackets than any depth limit: counting them (some 10 ms for 16 MB)
-    # would only delay the padded decode.
+    # A big message has more brackets than any depth limit: counting them would only delay the
+    # padded decode.
     few_brackets = len(message) <= _COUNT_BRACKETS_UP_TO and message.count(b"[") + message.count(b"{") <= max_depth
     pad = 0 if few_brackets else ORJSON_MAX_DEPTH - max_depth
     try:
@@ -217,58 +189,15 @@ def _with_exact_integers(message: bytes, decoded: Any) -> Any:
 # -- the protocol ---------------------------------------------------------------------------------
 
 
-class _Positional(inspect.Signature):
-    """A signature of positional-only parameters whose binding checks the count of the arguments
-    first: jsonrpcserver binds every call's arguments to its method's signature, to answer those
-    that do not fit (a TypeError), and inspect's general binding was a fifth of its cost per request
-    (3 of 16 us in a round's imbalance query); any other call is bound the general way."""
-
-    __slots__ = ()
-
-    def bind(self, *args: Any, **kwargs: Any) -> inspect.BoundArguments:
-        if len(args) == len(self.parameters) and not kwargs:
-            return inspect.BoundArguments(self, dict(zip(self.parameters, args)))
-        return super().bind(*args, **kwargs)
-
-
-#: A method's arguments as jsonrpcserver passes them: the message's calls (its context) and the
-#: position of the request's own among them (its params).
-_CONTEXT_AND_POSITION = _Positional(
-    [inspect.Parameter(name, inspect.Parameter.POSITIONAL_ONLY) for name in ("calls", "index")]
-)
-
-
-#: The place in a message's answers of a request that jsonrpcserver answers.
-_DISPATCHED = object()
-
-
-class _Methods(dict):
-    """jsonrpcserver's method table: a method for every name; for an unknown one, the method that
-    answers so (a notification of one gets no answer, as for any notification)."""
-
-    def __missing__(self, name: str) -> Any:
-        shown = shorten(name)
-        return lambda calls, index: Error(METHOD_NOT_FOUND, f"Method not found: '{shown}'", shown)
-
-
 class Protocol:
     """JSON-RPC 2.0 message handling over the methods of :data:`bridge.stateless.METHODS` (and
-    ``debug.raise`` with ``debug_methods``) and the server state ``state``; with ``foresight``,
-    :meth:`foresee` answers the query expected next ahead of time (:mod:`bridge.foresight`)."""
+    ``debug.raise`` with ``debug_methods``) and the server state ``state``."""
 
-    def __init__(self, state: State, debug_methods: bool = False, foresight: bool = False) -> None:
+    def __init__(self, state: State, debug_methods: bool = False) -> None:
         self.state = state
         state.methods = {spec.name: spec for spec in stateless.METHODS}
         if debug_methods:
             state.methods[stateless.DEBUG_RAISE.name] = stateless.DEBUG_RAISE
-
-        def invoke(calls: list[tuple[str, Any]], index: int) -> Any:  # jsonrpcserver's context, a position
-            return self._invoke(*calls[index])
-
-        # jsonrpcserver binds the call's arguments to the method's signature, which it computes
-        # anew for every call unless one is given (a third of a small call's time).
-        invoke.__signature__ = _CONTEXT_AND_POSITION
-        self._methods = _Methods(dict.fromkeys(state.methods, invoke))
         self._params = {
             (variant.params, spec.positional): ParamsDecoder(variant.params, spec.positional)
             for spec in state.methods.values()
@@ -276,7 +205,6 @@ class Protocol:
         }
         self._messages = MessageDecoder({spec.name: self._kinds(spec) for spec in state.methods.values()})
         self._decoded: Any = None
-        self._foresight = Foresight(state, self._call, self._messages) if foresight else None
 
     def _kinds(self, spec: MethodSpec) -> list[Any]:
         models = dict.fromkeys(variant.params for variant in spec.variants.values())
@@ -289,14 +217,11 @@ class Protocol:
         objects of a big request takes tens of ms, better spent after its answer is sent.
         """
         max_depth = self.state.limits.max_json_depth
-        # The query answered ahead of time, if this message is it.
-        decoded = None if self._foresight is None else self._foresight.request(message)
-        if decoded is None:
-            decoded = self._messages.decode(message, max_depth)
-        self._decoded = decoded
+        self._decoded = decoded = self._messages.decode(message, max_depth)
+        plain = _PlainJson(message, max_depth)
         if decoded is None:
             try:
-                self._decoded = decoded = _with_exact_integers(message, decode_json(message, max_depth))
+                self._decoded = decoded = plain.message()
             except orjson.JSONDecodeError as exc:
                 return self.encode(error_response(PARSE_ERROR, str(exc)))
             except TooDeep as exc:
@@ -304,19 +229,14 @@ class Protocol:
                 return self.encode(error_response(INVALID_REQUEST, problem))
         if phases.timing:
             phases.mark("decode")
-        if type(decoded) is list:
-            if not decoded:
-                return self.encode(error_response(INVALID_REQUEST, "empty batch"))
-            answers = self._answers(decoded)
-            return self.encode(answers) if answers else None
-        answers = self._answers([decoded])
-        return self.encode(answers[0]) if answers else None
-
-    def foresee(self) -> None:
-        """Compute the answer to the query expected next, if foresight is on and one is expected
-        (:mod:`bridge.foresight`); for when the server would otherwise wait for input."""
-        if self._foresight is not None:
-            self._foresight.foresee()
+        if type(decoded) is not list:
+            answer = self._answer(decoded, plain.params_of)
+            return None if answer is None else self.encode(answer)
+        if not decoded:
+            return self.encode(error_response(INVALID_REQUEST, "empty batch"))
+        answers = [self._answer(request, plain.params_of, index) for index, request in enumerate(decoded)]
+        answers = [answer for answer in answers if answer is not None]
+        return self.encode(answers) if answers else None
 
     def release(self) -> None:
         """Free the last message's decoded objects (see :meth:`handle`)."""
@@ -343,68 +263,43 @@ class Protocol:
 
             return json.dumps(response, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
-    def _answers(self, requests: list) -> list[dict]:
-        """The answers to ``requests`` (structs or decoded JSON) in order, none to a notification.
-
-        jsonrpcserver dispatches the valid ones in one call (its fixed cost once per message): each
-        gets the message's ``(method, params)`` calls as the context and the position of its own as
-        its params; an invalid request is answered here, in its place.
-        """
-        envelopes, calls, answers = [], [], []
-        for request in requests:
-            if not isinstance(request, msgspec.Struct):
-                problem = request_problem(request)
-                if problem is not None:
-                    answers.append(error_response(INVALID_REQUEST, problem))
-                    continue
-                envelope = {key: value for key, value in request.items() if key != "params"}
-                params = request.get("params", {})
-            else:
-                envelope = {"jsonrpc": "2.0", "method": self._messages.methods[type(request)]}
-                if request.id is not msgspec.UNSET:
-                    envelope["id"] = request.id
-                params = {} if request.params is msgspec.UNSET else request.params
-            envelope["params"] = [len(calls)]
-            envelopes.append(envelope)
-            calls.append((envelope["method"], params))
-            if "id" in envelope:
-                answers.append(_DISPATCHED)
-        if not envelopes:
-            return answers
-        dispatched = _dispatcher.dispatch_to_response_pure(
-            deserializer=_as_it_is,
-            validator=_as_it_is,
-            post_process=_response.to_serializable_one,
-            context=calls,
-            methods=self._methods,
-            request=envelopes,
-        )
-        if type(dispatched) is dict:  # jsonrpcserver's answer to a failure of its own (a bug)
-            return [dispatched]
-        answered = iter(dispatched or ())
-        return [next(answered) if answer is _DISPATCHED else answer for answer in answers]
-
-    def _invoke(self, name: str, params: Any) -> Any:
-        """Run method ``name`` for jsonrpcserver; every failure becomes an error result."""
+    def _answer(self, request: Any, params_of: Callable[[int | None], Any], index: int | None = None) -> dict | None:
+        """The response to one request (a struct or decoded JSON); None to a notification.
+        ``params_of(index)`` gives the request's params as decoded JSON."""
+        if isinstance(request, msgspec.Struct):
+            name, ident = self._messages.methods[type(request)], request.id
+            params = {} if request.params is msgspec.UNSET else request.params
+        else:
+            problem = request_problem(request)
+            if problem is not None:
+                return error_response(INVALID_REQUEST, problem)
+            name, ident, params = request["method"], request.get("id", msgspec.UNSET), request.get("params", {})
         try:
-            spec = self.state.methods[name]
-            foreseen = None if self._foresight is None else self._foresight.recall(spec, params)
-            result = self._call(spec, params) if foreseen is None else foreseen.result
+            result = self._call(name, params, lambda: params_of(index))
         except Exception as exc:  # bugs are logged by error_for
             code, message, data = error_for(exc)
-            return Error(code, message, NODATA if data is None else data)
-        return Success(result)
+            error = {"code": code, "message": message}
+            if data is not None:
+                error["data"] = data
+            return None if ident is msgspec.UNSET else {"jsonrpc": "2.0", "error": error, "id": ident}
+        return None if ident is msgspec.UNSET else {"jsonrpc": "2.0", "result": result, "id": ident}
 
-    def _call(self, spec: MethodSpec, params: Any) -> Any:
-        """Run ``spec`` with ``params``: a struct (the strict decoder took them) or decoded JSON (an
-        array or an object). Changes state only once the params passed every check."""
-        typed = type(params) is not list and type(params) is not dict
+    def _call(self, name: str, params: Any, as_json: Callable[[], Any]) -> Any:
+        """Run method ``name`` with ``params``: a struct (the strict decoder took them) or decoded
+        JSON (an array or an object); ``as_json()`` gives them as decoded JSON. Changes state only
+        once the params passed every check."""
+        spec = self.state.methods.get(name)
+        if spec is None:
+            raise UnknownMethodError(name)
+        typed = isinstance(params, msgspec.Struct)
         if spec.stateful:
             handle = params.scheduler if typed else _handle(params)
             variant = self._variant(spec, handle)
         else:
             variant = spec.variants[ANY_MODE]
-        params = self._typed(spec, variant, params, typed)
+        if typed and not self._settled(spec, variant, params):
+            params = as_json()  # another mode's params, or refused by a check left after decoding
+        params = self._validated(spec, variant, params)
         if spec.stateful and self.state.staged and spec.name not in STAGING_METHODS:
             # Staged candidates were expanded on the state of their staging: any other valid call
             # on the scheduler (a mutation, say) discards them; a refused one changes nothing.
@@ -412,6 +307,8 @@ class Protocol:
         if phases.timing:
             phases.mark("validate")
         result = variant.run(self.state, params)
+        if spec.from_engine:
+            result = as_wire(spec.result, result)
         if phases.timing:
             # Without this mark a method that marks no phase of its own would have its work
             # counted as the next phase, "encode" (scoring, for example, under scheduler.*).
@@ -427,29 +324,57 @@ class Protocol:
             raise MethodUnavailableError(spec.name, mode, handle)
         return spec.variants[mode]
 
-    def _typed(self, spec: MethodSpec, variant: Variant, params: Any, typed: bool) -> Any:
-        """The params as a struct of the variant's model, size limits checked: those the strict
-        decoder took as they are (when its model's checks pass them), all others by the models."""
+    def _settled(self, spec: MethodSpec, variant: Variant, params: msgspec.Struct) -> bool:
+        """Whether the strict decoder settled ``params``: they are a struct of the variant's model
+        (not another mode's) and pass the checks left after decoding."""
         decoder = self._params[variant.params, spec.positional]
-        if not (typed or params):  # none given ([] and {} alike)
-            params = decoder.decode(b"{}") or params
-            typed = type(params) is not dict
-        if typed and type(params) in decoder.structs and decoder.checked(params) is not None:
+        return type(params) in decoder.structs and decoder.checked(params) is not None
+
+    def _validated(self, spec: MethodSpec, variant: Variant, params: Any) -> Any:
+        """The params as a struct of the variant's model, size limits checked: a settled struct
+        as it is, decoded JSON by the models."""
+        decoder = self._params[variant.params, spec.positional]
+        if not (isinstance(params, msgspec.Struct) or params):  # none given: [], {} or no member
+            params = decoder.decode(b"{}") or {}  # the models word what is missing
+        if isinstance(params, msgspec.Struct):
             check_call_sizes(params, self.state.limits)
             return params
-        if typed:  # decoded as another mode's params, or refused by a check left after decoding
-            params = msgspec.json.decode(msgspec.json.encode(params))  # JSON texts kept as they came
         if type(params) is list:
             params = _named(spec, variant, params)
         check_call_sizes(params, self.state.limits)  # before the models spend time and memory
         return decoder.from_models(params)
 
 
+class _PlainJson:
+    """A message decoded as plain JSON, on first need: the whole message when the strict decoder
+    refuses it, or the params of a request whose struct the strict types did not settle."""
+
+    def __init__(self, message: bytes, max_depth: int) -> None:
+        self._message = message
+        self._max_depth = max_depth
+        self._decoded: Any = None
+
+    def message(self) -> Any:
+        """The message as decoded JSON (orjson.JSONDecodeError, TooDeep)."""
+        if self._decoded is None:
+            self._decoded = _with_exact_integers(self._message, decode_json(self._message, self._max_depth))
+        return self._decoded
+
+    def params_of(self, index: int | None) -> Any:
+        """The params of request ``index`` of a batch (None: of the message, a single request), as
+        decoded JSON ({} when none are given)."""
+        decoded = self.message()
+        request = decoded if index is None else decoded[index]
+        return request.get("params", {})
+
+
 def _handle(params: list | dict) -> Any:
     """The handle among decoded JSON params (None if there is none)."""
     if type(params) is list:
         return params[0] if params else None
-    return params.get("scheduler")
+    if type(params) is dict:
+        return params.get("scheduler")
+    return None
 
 
 def _named(spec: MethodSpec, variant: Variant, params: list) -> dict:
@@ -461,8 +386,3 @@ def _named(spec: MethodSpec, variant: Variant, params: list) -> dict:
         problem = f"too many params for '{spec.name}': {len(params)} given, at most {len(names)} ({', '.join(names)})"
         raise ParamsError([("params", problem)])
     return dict(zip(names, params))
-
-
-def _as_it_is(request: Any) -> Any:
-    """jsonrpcserver's deserializer and validator: the request arrives decoded and checked."""
-    return request

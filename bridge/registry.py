@@ -3,7 +3,8 @@
 A method has a name, a summary, a result schema (a type from :mod:`bridge.models`) and one
 :class:`Variant` per scheduler mode (``scheduler.*`` methods: the handle's mode chooses it), or a
 single one under :data:`ANY_MODE`. A variant is a params model and ``run(state, params)``, which
-gets the params as the structs of :mod:`bridge.wire` and returns a JSON value. The tables are in
+gets the params as the structs of :mod:`bridge.wire` and returns a JSON value, or the engine's
+value of a result model of :data:`bridge.results.ENGINE_VALUES`. The tables are in
 :mod:`bridge.stateless` and :mod:`bridge.schedulers`; :mod:`bridge.protocol` dispatches to them and
 :mod:`bridge.openrpc` describes them.
 """
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import models as m
+from . import results
 
 #: Mode key of a method that does not depend on a scheduler's mode.
 ANY_MODE = "any"
@@ -22,7 +24,7 @@ ANY_MODE = "any"
 
 @dataclass(frozen=True)
 class Variant:
-    """One way to run a method: its params model and ``run(state, params) -> JSON value``."""
+    """One way to run a method: its params model and ``run(state, params)`` (see the module)."""
 
     params: type[m.Params]
     run: Callable[[Any, Any], Any]
@@ -41,9 +43,12 @@ class MethodSpec:
     positional: bool = True
     #: True for ``scheduler.*`` methods: the first param is a handle choosing the variant.
     stateful: bool = field(init=False)
+    #: True when ``run`` returns an engine value, which ``result`` writes (:func:`bridge.wire.as_wire`).
+    from_engine: bool = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stateful", ANY_MODE not in self.variants)
+        object.__setattr__(self, "from_engine", results.from_engine(self.result))
 
 
 def stateless(

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
-from ..core import CandidateBatch, InvalidInputError, Scheduler, SchedulingError, new_scheduler
+from ..core import CandidateBatch, InvalidInputError, Scheduler, SchedulingError, ScoredMigration, new_scheduler
 from ..core.candidates import concat_batches
 from ..core.scheduler import score_migrations
 from . import models as m
+from . import results as r
 from . import wire
 from .errors import MutationError, ParamsError, UnknownHandleError, shorten
 from .limits import ServerLimits
@@ -31,6 +33,25 @@ class Staging:
 
     count: int = 0
     parts: list[CandidateBatch] = field(default_factory=list)
+
+
+#: A handle of the server's own form, ``s<N>`` as the server writes N (no sign, no leading zero).
+_SERVER_HANDLE = re.compile(r"s([1-9][0-9]*)")
+
+#: Most digits of N in a client's handle ``s<N>``: the server's own handles then never outgrow
+#: the form, so none can meet a longer one a client chose (and N stays a cheap int).
+_HANDLE_DIGITS = 18
+
+
+def _handle_number(handle: str) -> int:
+    """N of a handle ``s<N>`` of the server's own form, 0 for any other handle (ParamsError
+    naming the field if N has more than :data:`_HANDLE_DIGITS` digits)."""
+    match = _SERVER_HANDLE.fullmatch(handle)
+    if match is None:
+        return 0
+    if len(match[1]) > _HANDLE_DIGITS:
+        raise ParamsError([("scheduler", f"a handle s<N> takes N of at most {_HANDLE_DIGITS} digits")])
+    return int(match[1])
 
 
 #: Most freed schedulers kept for deallocation while the server waits (HA frees one a round).
@@ -51,11 +72,12 @@ class State:
     #: Their OpenRPC document, once ``rpc.discover`` asked for it.
     document: dict | None = None
     #: Schedulers freed since the server last waited for input, deallocated only then
-    #: (:meth:`drop_freed`): a round's first batch frees the last round's scheduler, whose
-    #: objects took longer to free than its new scheduler's nodes took to add (4 x 300: 23 us;
-    #: 48 x 10000: 0.5 ms), on the way to the round's first answers.
+    #: (:meth:`drop_freed`): a round's first batch frees the last round's scheduler, and freeing
+    #: its objects should not delay the round's first answers.
     freed: list[Scheduler] = field(default_factory=list)
-    _handles: itertools.count = field(default_factory=lambda: itertools.count(1))
+    #: The number of the next handle the server picks (``s<N>``): past every ``s<N>`` it picked
+    #: or a client chose, so that no handle is ever handed out twice.
+    _next_handle: int = 1
 
     def scheduler(self, handle: str) -> Scheduler:
         """The live scheduler behind ``handle`` (UnknownHandleError if none)."""
@@ -67,13 +89,14 @@ class State:
     def new_handle(self, scheduler: Scheduler, handle: str | None = None) -> str:
         """Register ``scheduler`` under ``handle`` (the client's choice: ParamsError naming the
         field while a live scheduler has it), or under a fresh one (``s1``, ``s2``, ...; never
-        reused, and none that a client chose and still holds)."""
+        reused, nor any that a client chose, even once freed)."""
         if handle is None:
-            handle = f"s{next(self._handles)}"
-            while handle in self.schedulers:
-                handle = f"s{next(self._handles)}"
+            handle = f"s{self._next_handle}"
+            self._next_handle += 1
         elif handle in self.schedulers:
             raise ParamsError([("scheduler", f"the handle '{shorten(handle)}' is in use; free it or choose another")])
+        else:
+            self._next_handle = max(self._next_handle, _handle_number(handle) + 1)
         self.schedulers[handle] = scheduler
         return handle
 
@@ -130,34 +153,33 @@ MUTATORS: dict[str, dict[str, Callable[[Any, Any], None]]] = {
 }
 
 
-#: The method of a ``scheduler.apply`` entry (its struct's tag), read in C: it is the key that
-#: groups a round's hundreds of adds (10.4 us per 128 entries as a function, 8.0 this way).
+#: The method of a ``scheduler.apply`` entry (its struct's tag).
 _method: Callable[[Any], str] = attrgetter("__struct_config__.tag")
 
 
-def _node_adds(stats_of: Callable[[Any], Any]) -> Callable[[Any, Any], None]:
-    """The bulk adder of ``add_node`` entries, whose node stats are ``stats_of(entry)``."""
+def _node_adds(stats_of: Callable[[Any], Any]) -> Callable[[Any, Iterable], None]:
+    """The adder of a run of ``add_node`` entries, whose node stats are ``stats_of(entry)``."""
 
-    def add(usage: Any, entries: Any) -> None:
+    def add(usage: Any, entries: Iterable) -> None:
         for entry in entries:
             usage.add_node(entry.nodename, stats_of(entry))
 
     return add
 
 
-def _resource_adds(record: str) -> Callable[[Any, Any], None]:
-    """The bulk adder of ``add_service``/``add_resource`` entries, whose resource is ``record``."""
+def _resource_adds(record: str) -> Callable[[Any, Iterable], None]:
+    """The adder of a run of ``add_service``/``add_resource`` entries, whose resource is ``record``."""
 
-    def add(usage: Any, entries: Any) -> None:
-        usage.add_resources([(entry.sid, wire.placed(getattr(entry, record))) for entry in entries])
+    def add(usage: Any, entries: Iterable) -> None:
+        usage.add_resources((entry.sid, wire.placed(getattr(entry, record))) for entry in entries)
 
     return add
 
 
 #: mode -> method -> ``add(usage, entries)``: a run of ``scheduler.apply`` entries of that method
-#: (a round's nodes, its guests) added to the usage as they are, as the scheduler's methods would
-#: add them: the models bounded every value as the engine's checks would.
-_BULK = {
+#: (a round's nodes, its guests) added to the usage as the engine adds a snapshot's, in one call:
+#: the models bounded every value as the scheduler's own checks would.
+_RUNS = {
     "static": {"add_node": _node_adds(wire.static_node_stats), "add_service": _resource_adds(_ADDS["static"][1])},
     "dynamic": {
         "add_node": _node_adds(lambda entry: wire.node_stats(entry.stats)),
@@ -169,75 +191,31 @@ _BULK = {
 def apply(scheduler: Scheduler, mode: str, entries: list) -> None:
     """Run the ``scheduler.apply`` ``entries`` on ``scheduler`` (of ``mode``) in order, all or nothing.
 
-    Entries that are all node and resource adds (a round's nodes and guests) go to the
-    scheduler's usage in bulk (:data:`_BULK`), and should one fail, the usage takes back the
-    adds made before it. Any other entries run on a copy of the usage, which replaces the
-    scheduler's only when every one succeeded. The first failure is raised as a
-    :class:`~bridge.errors.MutationError` naming its entry (the entries run again one by one on a
-    fresh copy to find it), and the scheduler is unchanged.
+    The entries run on a copy of the scheduler's usage, which replaces the usage only when every
+    one succeeded: a failure leaves the scheduler as it was, and is raised as a
+    :class:`~bridge.errors.MutationError` naming its entry. Runs of node or resource adds go to
+    the usage in one call each (:data:`_RUNS`), other entries one by one.
     """
-    runs = [(method, list(run)) for method, run in itertools.groupby(entries, key=_method)]
-    if all(method in _BULK[mode] for method, _ in runs):
-        if _added_in_place(scheduler.usage, mode, runs):
-            return
-    else:
-        trial = _trial(scheduler)
-        try:
-            _run_in_bulk(trial, mode, runs)
-        except (SchedulingError, InvalidInputError):
-            pass
-        else:
-            scheduler.usage = trial.usage
-            return
-    scheduler.usage = _one_by_one(scheduler, mode, entries).usage
-
-
-def _one_by_one(scheduler: Scheduler, mode: str, entries: list) -> Scheduler:
-    """A copy of ``scheduler`` with ``entries`` run one at a time; the first failure is raised as a
-    :class:`~bridge.errors.MutationError` naming its entry."""
-    trial = _trial(scheduler)
-    mutators = MUTATORS[mode]
-    for index, entry in enumerate(entries):
-        try:
-            mutators[_method(entry)](trial, entry)
-        except (SchedulingError, InvalidInputError) as exc:
-            raise MutationError(index, _method(entry), exc) from None
-    return trial
-
-
-def _trial(scheduler: Scheduler) -> Scheduler:
     trial = copy.copy(scheduler)
     trial.usage = scheduler.usage.copy()
-    return trial
-
-
-def _added_in_place(usage: Any, mode: str, runs: list) -> bool:
-    """Whether ``runs`` (``(method, entries)`` pairs, all adds of :data:`_BULK`) were added to
-    ``usage`` itself (in bulk). False leaves the usage as it was: an add failed, and the adds
-    before it are taken back. Saves the copy of the usage, which grows with it: 4 us per batch at
-    4 x 300, up to 260 us at 48 x 10000 (a round sends 40 batches there)."""
-    bulk = _BULK[mode]
-    mark = usage.adds_mark()
+    current = [0]  # the position of the entry being applied
     try:
-        for method, run in runs:
-            bulk[method](usage, run)
-    except (SchedulingError, InvalidInputError):
-        usage.take_back_adds(mark)
-        return False
-    except BaseException:  # no memory left, a bug: the call fails, and must change nothing either
-        usage.take_back_adds(mark)
-        raise
-    return True
+        for method, run in itertools.groupby(_numbered(entries, current), key=_method):
+            if method in _RUNS[mode]:
+                _RUNS[mode][method](trial.usage, run)
+            else:
+                for entry in run:
+                    MUTATORS[mode][method](trial, entry)
+    except (SchedulingError, InvalidInputError) as exc:
+        raise MutationError(current[0], _method(entries[current[0]]), exc) from None
+    scheduler.usage = trial.usage
 
 
-def _run_in_bulk(trial: Scheduler, mode: str, runs: list) -> None:
-    mutators, bulk = MUTATORS[mode], _BULK[mode]
-    for method, run in runs:
-        if method in bulk:
-            bulk[method](trial.usage, run)
-        else:
-            for entry in run:
-                mutators[method](trial, entry)
+def _numbered(entries: list, current: list[int]) -> Iterator[Any]:
+    """``entries`` in order, each one's position noted in ``current[0]`` as it is taken."""
+    for index, entry in enumerate(entries):
+        current[0] = index
+        yield entry
 
 
 def _single_call(method: str, summary: str) -> MethodSpec:
@@ -250,8 +228,8 @@ def _candidates(p: Any) -> Any:
     return wire.candidate_columns(p.candidates)
 
 
-ScoredList = list[m.ScoredMigration]
-ScoredOrNone = m.ScoredMigration | None
+ScoredList = list[r.ScoredMigration]
+ScoredOrNone = r.ScoredMigration | None
 
 STATEFUL = [
     _single_call(
@@ -303,7 +281,7 @@ STATEFUL = [
         ScoredList,
         **both(
             m.ScoreCandidatesParams,
-            lambda s, p: wire.scored_list(s.score_best_balancing_migration_candidates(_candidates(p), p.limit)),
+            lambda s, p: s.score_best_balancing_migration_candidates(_candidates(p), p.limit),
         ),
     ),
     on_scheduler(
@@ -312,25 +290,25 @@ STATEFUL = [
         ScoredList,
         **both(
             m.ScoreCandidatesParams,
-            lambda s, p: wire.scored_list(s.score_best_balancing_migration_candidates_topsis(_candidates(p), p.limit)),
+            lambda s, p: s.score_best_balancing_migration_candidates_topsis(_candidates(p), p.limit),
         ),
     ),
     on_scheduler(
         "score_nodes_to_start_service",
         "Static: [[node, score]] in node order for starting a service; higher is better.",
-        list[m.StartScore],
+        list[r.StartScore],
         static=(
             m.StartServiceParams,
-            lambda s, p: wire.start_scores(s.score_nodes_to_start_service(wire.resource_stats(p.service_stats))),
+            lambda s, p: s.score_nodes_to_start_service(wire.resource_stats(p.service_stats)),
         ),
     ),
     on_scheduler(
         "score_nodes_to_start_resource",
         "Dynamic: [[node, score]] in node order for starting a resource; higher is better.",
-        list[m.StartScore],
+        list[r.StartScore],
         dynamic=(
             m.StartResourceParams,
-            lambda s, p: wire.start_scores(s.score_nodes_to_start_resource(wire.resource_stats(p.resource_stats))),
+            lambda s, p: s.score_nodes_to_start_resource(wire.resource_stats(p.resource_stats)),
         ),
     ),
     on_scheduler(
@@ -340,7 +318,7 @@ STATEFUL = [
         ScoredOrNone,
         **both(
             m.SelectCandidatesParams,
-            lambda s, p: wire.scored_or_none(s.select_best_balancing_migration(_candidates(p), p.imbalance_threshold)),
+            lambda s, p: s.select_best_balancing_migration(_candidates(p), p.imbalance_threshold),
         ),
     ),
     on_scheduler(
@@ -349,7 +327,7 @@ STATEFUL = [
         ScoredOrNone,
         **both(
             m.SelectTopsisParams,
-            lambda s, p: wire.scored_or_none(s.select_best_balancing_migration_topsis(_candidates(p))),
+            lambda s, p: s.select_best_balancing_migration_topsis(_candidates(p)),
         ),
     ),
 ]
@@ -371,14 +349,14 @@ def _stage_candidates(state: State, p: Any) -> int:
     return staging.count
 
 
-def _score_staged(state: State, p: Any) -> list[dict]:
+def _score_staged(state: State, p: Any) -> list[ScoredMigration]:
     scheduler = state.scheduler(p.scheduler)
     staging = state.staged.pop(p.scheduler, None) or Staging()
     if staging.count != p.count:
         problem = f"{staging.count} candidates are staged, not {p.count} (a failed or lost staging: stage them again)"
         raise ParamsError([("count", problem)])
     batch = concat_batches(staging.parts) if staging.parts else scheduler.candidate_batch([])
-    return wire.scored_list(score_migrations(batch, p.limit, p.method, scheduler.formula))
+    return score_migrations(batch, p.limit, p.method, scheduler.formula)
 
 
 def _staging(name: str, summary: str, result: Any, model: type[m.Params], run: Callable) -> MethodSpec:
@@ -422,7 +400,7 @@ LIFECYCLE = [
     stateless(
         "scheduler.new",
         "Create an empty scheduler (under the client's handle, if given); returns its handle.",
-        m.SchedulerHandle,
+        r.SchedulerHandle,
         m.NewSchedulerParams,
         lambda state, p: {"scheduler": state.new_handle(new_scheduler(p.mode, p.imbalance), p.scheduler)},
     ),

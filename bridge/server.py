@@ -27,17 +27,18 @@ from contextlib import suppress
 from typing import IO
 
 from . import memory, phases
+from .codes import INTERNAL_ERROR
 from .errors import shorten
 from .limits import ServerLimits
-from .protocol import INTERNAL_ERROR, Protocol, error_response
+from .protocol import Protocol, error_response
 from .schedulers import State
 from .transport import BriefPoll, Frame, FrameReader, FrameWriter, enlarge_pipe
 
 log = logging.getLogger("crs-bridge")
 
-#: A request at least this big (bytes) is answered at once, before its objects are freed (0.3 ms
-#: for 180 KiB of compact candidates); smaller ones' answers are written with the next ones, and
-#: at the latest before the server waits for input.
+#: A request at least this big (bytes) is answered at once, before its objects are freed (which
+#: takes long enough to matter); smaller ones' answers are written with the next ones, and at the
+#: latest before the server waits for input.
 _SEND_BEFORE_FREEING = 64 << 10
 
 
@@ -95,7 +96,7 @@ _PYDANTIC_PLUGIN_LOADER = "pydantic.plugin._loader"
 def skip_pydantic_plugin_discovery() -> bool:
     """Make pydantic find no plugins without looking for them; False if it already looked.
 
-    The search costs a server start some 5% of its instructions (importing importlib.metadata
+    The search costs a server start a noticeable part of its time (importing importlib.metadata
     with email, zipfile and csv, then reading every installed package's entry points), for
     plugins that would only change how the models validate: this server wants none. The loader
     module is stood in for by one whose ``get_plugins`` finds none (what ``PYDANTIC_DISABLE_PLUGINS``
@@ -133,15 +134,13 @@ def serve(
     skip_pydantic_plugin_discovery()
     limits = limits or ServerLimits()
     state = State(limits=limits)
-    protocol = Protocol(state, debug_methods, foresight=True)
+    protocol = Protocol(state, debug_methods)
     enlarge_pipe(in_fd)  # big requests arrive in a few reads, not dozens
     poll = BriefPoll(in_fd)
 
     def before_wait() -> None:
         writer.flush()  # the answers leave first
         state.drop_freed()  # then freed schedulers go, while the client reads the answers
-        if reader.drained() and not poll.input_waiting():
-            protocol.foresee()  # the query expected next is answered while the client prepares it
         poll()
 
     reader = FrameReader(in_fd, limits.max_message_bytes, before_wait=before_wait)
@@ -166,8 +165,7 @@ def serve(
 
 def _answer(frame: Frame, protocol: Protocol, writer: FrameWriter, trace: IO[str] | None, last: bool) -> None:
     """Answer ``frame``; ``last``: nothing has arrived after it, so the client waits for its
-    answer, which is written at once, before the request is freed (at the next read it would
-    leave some 0.6 us later)."""
+    answer, which is written at once, before the request is freed."""
     if trace is not None:
         started = time.perf_counter()
         phases.start()

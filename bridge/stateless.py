@@ -6,16 +6,22 @@ the order ``rpc.discover`` lists it.
 from __future__ import annotations
 
 import copy
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
-from ..core import DEFAULT_FORMULA, CandidateBatch, Scheduler
+from ..core import DEFAULT_FORMULA, CandidateBatch, Scheduler, ScoredMigration
 from ..core.limits import MAX_BYTES, MAX_CORES
 from ..core.scheduler import calculate_node_imbalance, score_migrations, score_nodes_to_start, select_best_migration
 from . import UPSTREAM, __version__, phases, schedulers, wire
 from . import models as m
+from . import records as rec
+from . import results as r
 from .errors import MAX_ERROR_DETAILS
 from .registry import MethodSpec, both, on_scheduler, stateless
 from .schedulers import ScoredList, ScoredOrNone, State
+
+if TYPE_CHECKING:  # loaded on first use (see _plan, _explain_migrations)
+    from ..core.explain import Explanation
+    from ..core.planner import RebalancePlan
 
 FRAMINGS = {
     "ndjson": "one JSON message per line, ended by \\n (default)",
@@ -45,17 +51,17 @@ def _batch(state: State, p: Any) -> tuple[CandidateBatch, str]:
     return batch, p.imbalance or scheduler.formula
 
 
-def _score_migrations(state: State, p: Any) -> list[dict]:
+def _score_migrations(state: State, p: Any) -> list[ScoredMigration]:
     batch, formula = _batch(state, p)
-    scored = wire.scored_list(score_migrations(batch, p.limit, p.method, formula))
+    scored = score_migrations(batch, p.limit, p.method, formula)
     if phases.timing:
         phases.mark("score")
     return scored
 
 
-def _select_migration(state: State, p: Any) -> dict | None:
+def _select_migration(state: State, p: Any) -> ScoredMigration | None:
     batch, formula = _batch(state, p)
-    return wire.scored_or_none(select_best_migration(batch, p.method, formula, p.imbalance_threshold))
+    return select_best_migration(batch, p.method, formula, p.imbalance_threshold)
 
 
 def _node_imbalance(state: State, p: Any) -> float:
@@ -63,10 +69,10 @@ def _node_imbalance(state: State, p: Any) -> float:
     return calculate_node_imbalance(scheduler.view(), p.imbalance or scheduler.formula)
 
 
-def _start_scores(state: State, p: Any) -> list[list]:
+def _start_scores(state: State, p: Any) -> list[tuple[str, float]]:
     scheduler = _cluster(state, p)
     stats = wire.start_stats(p.stats, scheduler.mode)
-    return wire.start_scores(score_nodes_to_start(scheduler.view(scheduler.start_view), stats))
+    return score_nodes_to_start(scheduler.view(scheduler.start_view), stats)
 
 
 HEADLINE = [
@@ -98,7 +104,7 @@ HEADLINE = [
     stateless(
         "score_nodes_to_start_resource",
         "[[node, score]] in node order for starting a resource; higher is better.",
-        list[m.StartScore],
+        list[r.StartScore],
         m.StartScoreParams,
         _start_scores,
         positional=False,
@@ -119,24 +125,22 @@ def _with_formula(scheduler: Scheduler, formula: str | None) -> Scheduler:
     return other
 
 
-def _plan(scheduler: Scheduler, p: Any) -> dict:
+def _plan(scheduler: Scheduler, p: Any) -> RebalancePlan:
     from ..core.planner import plan_rebalance  # loaded on first use, as in core/__init__.py
 
     options = (p.method, wire.unsigned(p.threshold), wire.unsigned(p.margin), p.max_steps, p.allow_repeat)
-    return plan_rebalance(scheduler, wire.candidate_columns(p.candidates).bundles(), *options).to_wire()
+    return plan_rebalance(scheduler, wire.candidate_columns(p.candidates).bundles(), *options)
 
 
-def _plan_rebalance(state: State, p: Any) -> dict:
+def _plan_rebalance(state: State, p: Any) -> RebalancePlan:
     return _plan(_with_formula(_cluster(state, p), p.imbalance), p)
 
 
-def _explain_migrations(state: State, p: Any) -> dict:
+def _explain_migrations(state: State, p: Any) -> Explanation:
     from ..core.explain import explain_batch  # loaded on first use, as in core/__init__.py
 
     batch, formula = _batch(state, p)
-    return explain_batch(
-        batch, p.method, formula, p.limit, wire.unsigned(p.threshold), wire.unsigned(p.margin)
-    ).to_wire()
+    return explain_batch(batch, p.method, formula, p.limit, wire.unsigned(p.threshold), wire.unsigned(p.margin))
 
 
 PLANNING = [
@@ -144,7 +148,7 @@ PLANNING = [
         "plan_rebalance",
         "Dry run of the HA manager's rebalancing: the moves it would make round after round (threshold, "
         "margin and scorer as one HA round applies them) until one round would stop; changes nothing.",
-        m.RebalancePlan,
+        r.RebalancePlan,
         m.PlanParams,
         _plan_rebalance,
         positional=False,
@@ -153,7 +157,7 @@ PLANNING = [
         "explain_migrations",
         "Why score_best_balancing_migrations chooses what it does (loads, runner-up, TOPSIS numbers), "
         "or why nothing should move under the optional threshold and margin.",
-        m.Explanation,
+        r.Explanation,
         m.ExplainParams,
         _explain_migrations,
         positional=False,
@@ -161,7 +165,7 @@ PLANNING = [
     on_scheduler(
         "plan_rebalance",
         "Extra: plan_rebalance on this scheduler (its formula); the scheduler is not changed.",
-        m.RebalancePlan,
+        r.RebalancePlan,
         **both(m.SchedulerPlanParams, _plan),
     ),
 ]
@@ -180,7 +184,7 @@ def _info(state: State, p: Any) -> dict:
             "raw": "crate 2.0.0 (libpve-rs-perl 0.13.0): coefficient of variation of node loads",
         },
         "default_imbalance": DEFAULT_FORMULA,
-        "migration_methods": list(get_args(m.Method)),
+        "migration_methods": list(get_args(rec.Method)),
         "framings": dict(FRAMINGS),
         "limits": {
             **state.limits.as_dict(),
@@ -220,7 +224,7 @@ SERVICE = [
     stateless(
         "bridge.info",
         "Server version, upstream semantics, formulas, framings, limits, live handles.",
-        m.BridgeInfo,
+        r.BridgeInfo,
         m.NoParams,
         _info,
     ),

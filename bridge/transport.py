@@ -51,8 +51,7 @@ def enlarge_pipe(fd: int, size: int = PIPE_BYTES) -> bool:
 
 
 #: How long (seconds) :class:`BriefPoll` polls for input before the reader sleeps in read(2): the
-#: client's work between a round's requests up to 4 nodes x 300 guests (1 ms rather than 0.3 took
-#: a 4 x 300 round 0.91-0.94 times as long; 3 x 30 the same).
+#: client's work between a round's requests up to 4 nodes x 300 guests (docs/performance.md).
 POLL_SECONDS = 1e-3
 _LOADAVG = "/proc/loadavg"
 
@@ -72,15 +71,13 @@ class BriefPoll:
     """Before the server sleeps waiting for its next request, poll for it for up to
     :data:`POLL_SECONDS`, while a CPU is free.
 
-    An HA round is a few requests in quick succession, the client working in between (0.1 ms at
-    3 nodes x 30 guests). A process that sleeps and is woken costs the round more than the wake-up
-    itself: its CPU may have gone idle (a virtual one: left to the host) and its caches gone cold;
-    polling instead took a 3 x 30 round from 0.80 to 0.64 ms here, and to 0.54 with the Perl
-    client polling too (``benchmarks/ha_round_sizes.pl``). On a busy machine it costs the round
-    instead (2 x slower with both CPUs taken: a poller competes with the process it waits for and
-    loses the priority a sleeper gets when woken), so it polls only while /proc/loadavg counts no
-    more running tasks than CPUs (0.5 us to read; without /proc it never polls). The cost: up to
-    :data:`POLL_SECONDS` of CPU per wait, a few ms every 10 s HA round.
+    An HA round is a few requests in quick succession, the client working in between. A process
+    that sleeps and is woken costs the round more than the wake-up itself: its CPU may have gone
+    idle (a virtual one: left to the host) and its caches gone cold (figures in
+    docs/performance.md). On a busy machine polling costs the round instead (a poller competes
+    with the process it waits for and loses the priority a sleeper gets when woken), so it polls
+    only while /proc/loadavg counts no more running tasks than CPUs (without /proc it never
+    polls). The cost: up to :data:`POLL_SECONDS` of CPU per wait.
     """
 
     def __init__(self, fd: int) -> None:
@@ -91,10 +88,6 @@ class BriefPoll:
             self._loadavg: int | None = os.open(_LOADAVG, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             self._loadavg = None
-
-    def input_waiting(self) -> bool:
-        """Whether input is waiting to be read (at once, without waiting)."""
-        return bool(self._poll.poll(0))
 
     def __call__(self) -> None:
         """Return once input is waiting, :data:`POLL_SECONDS` have passed, or at once when no

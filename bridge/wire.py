@@ -1,20 +1,12 @@
-"""The wire records: typed structs generated from :mod:`bridge.models`, the strict decoder of whole
-messages made of them, the engine values of the records, and the engine's results in wire form.
+"""The wire side of a call: requests decoded into the structs of :mod:`bridge.structs`, the
+engine values made of them, and the engine's results in wire form.
 
-The pydantic models are the one declaration of every wire shape. From each model this module
-generates a msgspec struct with the model's field names, wire names (aliases), types, bounds and
-defaults; msgspec decodes a whole request straight into them (envelope, params, records) and checks
-every value as it parses. That decoder is strict: it refuses what the models accept only by
-changing the value (an integral float as a byte count, ``running`` by Perl truthiness, an unknown
-key they ignore) and what it cannot measure (nesting beyond the depth limit).
-A refused request goes to the models, in one place (:meth:`ParamsDecoder.from_models`): they accept
-the lax cases and word every error, and what they accept is decoded into the same structs. So a
-handler gets one type per param, whichever way the request came in.
-
-The generator knows the models' few validators (:data:`_VALIDATORS`) and fails at import on any
-other, so a rule added to the models cannot be skipped here unnoticed. ``tests/test_wire.py`` checks
-the one property that matters: over requests drawn from the schema, the strict decoder accepts
-only what the models accept, with the same values.
+:class:`MessageDecoder` decodes a whole message (a request or a batch: envelope, params, records)
+strictly into structs, checking every value as it parses. A request it refuses goes to the models,
+in one place (:meth:`ParamsDecoder.from_models`): they accept the lax cases and word every error,
+and their values become the same structs. So a method gets one type per param, whichever way the
+request came in. Results go out through their result models (:mod:`bridge.results`), which write
+the wire's names.
 """
 
 from __future__ import annotations
@@ -22,16 +14,13 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-import types
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import attrgetter
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal, Union, get_args, get_origin
 
-import annotated_types as at
 import msgspec
 import numpy as np
-from pydantic import BaseModel, ValidationError
-from pydantic.fields import FieldInfo
+from pydantic import TypeAdapter, ValidationError
 
 from ..core import (
     CandidateColumns,
@@ -45,232 +34,10 @@ from ..core import (
 )
 from ..core.candidates import RepeatedLists, numbered
 from . import models as m
+from . import records as rec
 from .errors import ParamsError
 from .limits import how_to_raise
-
-# -- generating the structs -------------------------------------------------------------------
-
-#: The models' validators, and what the strict decoder does for each: a ``lax`` one widens what the
-#: models accept (the strict types refuse the widened inputs, which then go to the models); an
-#: ``errors`` one only shapes the errors of the models; an ``exactly one`` one is checked on the
-#: struct (:meth:`ParamsDecoder.checked`).
-_VALIDATORS = {
-    m._integral_float_to_int: "lax",
-    m._perl_truth: "lax",
-    m._in_parts: "errors",
-    m.ClusterParams._exactly_one_cluster: "exactly one",  # of the model's exactly_one fields
-}
-#: Fields whose lists repeat from record to record (an HA round's bundles list every node but the
-#: guest's own: a few dozen distinct lists for thousands of bundles). The strict decoder keeps each
-#: as JSON text; :meth:`ParamsDecoder.checked` decodes (checks) each distinct text once, by the
-#: field's own type, into one tuple that the records with that text share, and hands a list of
-#: such records over as the engine's columns (:data:`COLUMNS`), the field a
-#: :class:`~core.candidates.RepeatedLists` numbered by the texts: the engine looks each distinct
-#: list up once, and no record is touched again.
-REPEATING = {(m.CompactCandidate, "nodes")}
-
-
-def _bundle_columns(bundles: list, nodes: Sequence[Sequence[str]]) -> CompactColumns:
-    """Bundle records as the engine's columns, their target lists given as ``nodes``."""
-    return CompactColumns(list(map(_LEADER, bundles)), list(map(_RESOURCES, bundles)), nodes)
-
-
-#: Record model with a :data:`REPEATING` field -> how a list of its records is made columns, given
-#: that field's column.
-COLUMNS: dict[type[BaseModel], Callable[[list, Sequence], Any]] = {m.CompactCandidate: _bundle_columns}
-
-_BOUNDS = {at.Ge: "ge", at.Gt: "gt", at.Le: "le", at.Lt: "lt", at.MinLen: "min_length", at.MaxLen: "max_length"}
-#: Metadata that only describes a type (its JSON schema, its union tag) or that the strict types
-#: already are (strict, finite numbers: JSON has no NaN and msgspec refuses overflowing numbers).
-_DESCRIPTIVE = ("WithJsonSchema", "Tag", "Strict", "AllowInfNan", "_PublishAsAnyOf")
-
-
-class Untaggable(TypeError):
-    """A union msgspec cannot tell apart by a tag: a params field of it is decoded by trying each
-    of its ``members`` in order (:func:`params_structs`)."""
-
-    def __init__(self, members: Sequence[Any]) -> None:
-        super().__init__(f"union of {members} needs trying in order")
-        self.members = members
-
-
-def _noted(items: Iterable[Any], note: dict[str, Any]) -> None:
-    """Collect bounds (as msgspec.Meta keywords) and a union's discriminator from metadata."""
-    for item in items:
-        kind = type(item)
-        if kind in _BOUNDS:
-            note[_BOUNDS[kind]] = getattr(item, _BOUNDS[kind])
-        elif isinstance(item, FieldInfo):
-            _noted(item.metadata, note)
-            if item.discriminator is not None:
-                note["discriminator"] = item.discriminator
-        elif kind.__name__ == "StringConstraints":
-            _noted(item, note)  # a group of bounds (min_length)
-        elif hasattr(item, "func"):  # a Before-, After- or WrapValidator
-            if item.func not in _VALIDATORS:
-                raise TypeError(f"the strict decoder does not know validator {item.func.__qualname__}")
-        elif kind.__name__ == "Discriminator":
-            note["discriminator"] = item.discriminator
-        elif kind.__name__ == "_PydanticGeneralMetadata":
-            if getattr(item, "union_mode", "left_to_right") != "left_to_right":
-                raise TypeError(f"the strict decoder does not know {item}")
-        elif kind.__name__ not in _DESCRIPTIVE:
-            raise TypeError(f"the strict decoder does not know {item!r}")
-
-
-def wire_type(annotation: Any, metadata: Iterable[Any] = ()) -> Any:
-    """The msgspec type of a model annotation (with its field's ``metadata``); raises
-    :class:`Untaggable` for a union that msgspec cannot tell apart by a tag."""
-    note: dict[str, Any] = {}
-    _noted(metadata, note)
-    while get_origin(annotation) is Annotated:
-        annotation, *extra = get_args(annotation)
-        _noted(extra, note)
-    discriminator = note.pop("discriminator", None)
-    origin = get_origin(annotation)
-    if origin in (Union, types.UnionType):
-        return _union(get_args(annotation), discriminator)
-    if origin is list:
-        return _bounded(list[wire_type(get_args(annotation)[0])], note)
-    if origin is Literal or annotation in (str, int, float, bool, type(None)):
-        return _bounded(annotation, note)
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return struct_of(annotation)
-    raise TypeError(f"the strict decoder has no type for {annotation!r}")
-
-
-def _bounded(kind: Any, bounds: dict[str, Any]) -> Any:
-    return Annotated[kind, msgspec.Meta(**bounds)] if bounds else kind
-
-
-def _union(members: tuple, discriminator: Any) -> Any:
-    if type(None) in members:
-        rest = [member for member in members if member is not type(None)]
-        return Union[(*(wire_type(member) for member in rest), None)]  # noqa: UP007 (built from a tuple)
-    if isinstance(discriminator, str):  # models tagged by a Literal field (usage's "mode")
-        return Union[tuple(_tagged_struct(model, discriminator) for model in members)]  # noqa: UP007
-    entries = [_unwrapped(member) for member in members]
-    if all(get_origin(entry) is tuple and get_origin(get_args(entry)[0]) is Literal for entry in entries):
-        return Union[tuple(map(_entry_struct, members))]  # noqa: UP007 ([method, args...] lists)
-    raise Untaggable(members)
-
-
-def _unwrapped(annotation: Any) -> Any:
-    while get_origin(annotation) is Annotated:
-        annotation = get_args(annotation)[0]
-    return annotation
-
-
-@functools.cache
-def _entry_struct(member: Any) -> type[msgspec.Struct]:
-    """``[method, args...]`` (a mutation, tagged ``"<mode> <method>"``) as an array-like struct
-    tagged by its first element; the args named as :data:`bridge.models.MUTATION_ARGS` names them
-    (those of the single call)."""
-    entry, *notes = get_args(member)  # Annotated flattens: the tuple, then all its metadata
-    method, *args = get_args(entry)
-    (name,) = get_args(method)
-    (tag,) = (note.tag for note in notes if type(note).__name__ == "Tag")
-    fields = [(arg_name, wire_type(arg)) for arg_name, arg in zip(m.MUTATION_ARGS[tag], args)]
-    return _defstruct(name, fields, array_like=True, tag=name, forbid_unknown_fields=True)
-
-
-def _tagged_struct(model: type[BaseModel], tag_field: str) -> type[msgspec.Struct]:
-    (tag,) = get_args(model.model_fields[tag_field].annotation)
-    return struct_of(model, tag_field=tag_field, tag=tag)
-
-
-@functools.cache
-def struct_of(
-    model: type[BaseModel], *, tag_field: str | None = None, tag: str | None = None, choice: int = 0
-) -> type[msgspec.Struct]:
-    """The struct of ``model``: the same field names, wire names, types, bounds and defaults, unknown
-    keys refused. ``tag_field``/``tag``: the field that tells the model apart in a union (left out of
-    the struct). ``choice``: which member of an :class:`Untaggable` field's union to take."""
-    for validator in model.__pydantic_decorators__.model_validators.values():
-        if _VALIDATORS.get(validator.func) != "exactly one":
-            raise TypeError(f"the strict decoder does not know validator {validator.func.__qualname__}")
-    fields, rename = [], {}
-    for name, info in model.model_fields.items():
-        if name == tag_field:
-            continue
-        try:
-            kind = wire_type(info.annotation, info.metadata)
-        except Untaggable as union:
-            if not issubclass(model, m.Params):  # tried in order only as a whole request's params
-                raise TypeError(f"the strict decoder cannot tell apart {model.__name__}.{name}") from None
-            _CHOICES[model] = max(_CHOICES.get(model, 1), len(union.members))
-            kind = wire_type(union.members[min(choice, len(union.members) - 1)])
-        if (model, name) in REPEATING:
-            if model not in COLUMNS:
-                raise TypeError(f"the strict decoder has no columns for {model.__name__}'s repeating {name}")
-            _TEXTS.setdefault(model, {})[name] = kind
-            kind = msgspec.Raw
-        if info.is_required():
-            fields.append((name, kind))
-        else:
-            default = info.default
-            fields.append((name, kind, msgspec.field(default_factory=list) if default == [] else default))
-        if info.alias:
-            rename[name] = info.alias
-    options = {"tag_field": tag_field, "tag": tag} if tag is not None else {}
-    struct = _defstruct(model.__name__, fields, rename=rename, kw_only=True, forbid_unknown_fields=True, **options)
-    if model in _TEXTS:
-        _TEXTS[struct], _COLUMNS[struct] = _TEXTS[model], COLUMNS[model]
-    return struct
-
-
-#: The field specs (name, type[, default]) of every struct made here (msgspec's own introspection
-#: evaluates annotations: most of the cost of a server start's struct making).
-_FIELDS: dict[type, list[tuple]] = {}
-
-
-#: Model or struct -> its :data:`REPEATING` fields -> their type.
-_TEXTS: dict[type, dict[str, Any]] = {}
-
-#: Record struct with a :data:`REPEATING` field -> its columns' maker (:data:`COLUMNS`).
-_COLUMNS: dict[type, Callable[[list, Sequence], Any]] = {}
-
-#: Params model -> how many members its widest :class:`Untaggable` field has (absent: none).
-_CHOICES: dict[type, int] = {}
-
-
-def _defstruct(name: str, fields: list[tuple], **options: Any) -> type[msgspec.Struct]:
-    struct = msgspec.defstruct(name, fields, gc=False, **options)
-    _FIELDS[struct] = fields
-    return struct
-
-
-def params_structs(model: type[m.Params], positional: bool) -> list[type[msgspec.Struct]]:
-    """The param structs of ``model`` to try in order (msgspec tells none of them apart by a tag):
-    one per member of its untaggable union (if any), each for named params and, if ``positional``,
-    then for an array of them in field order."""
-    kinds = []
-    struct_of(model)  # notes the model's choices
-    for choice in range(_CHOICES.get(model, 1)):
-        named = struct_of(model, choice=choice)
-        kinds.append(named)
-        if positional:
-            fields = _FIELDS[named]
-            kinds.append(
-                _defstruct(f"{model.__name__}Array", fields, array_like=True, kw_only=True, forbid_unknown_fields=True)
-            )
-    return kinds
-
-
-@functools.cache
-def depth(kind: Any) -> int:
-    """How deep a value of msgspec type ``kind`` nests arrays and objects."""
-    while get_origin(kind) is Annotated:
-        kind = get_args(kind)[0]
-    if get_origin(kind) in (Union, types.UnionType):
-        return max(map(depth, get_args(kind)))
-    if get_origin(kind) in (list, tuple):
-        return 1 + max(map(depth, get_args(kind)), default=0)
-    if kind in _FIELDS:
-        texts = _TEXTS.get(kind, {})
-        return 1 + max((depth(texts.get(field[0], field[1])) for field in _FIELDS[kind]), default=0)
-    return 0
-
+from .structs import COLUMNS_OF, FIELDS, MODEL_OF, TEXTS, defstruct, depth, params_structs, struct_of
 
 # -- decoding ---------------------------------------------------------------------------------
 
@@ -300,6 +67,8 @@ class ParamsDecoder:
         #: Params struct -> its fields that hold records with REPEATING fields: (field, record struct,
         #: the record's field, the decoder of its text).
         self._repeating = {kind: list(_repeating(kind)) for kind in self.kinds}
+        #: The kinds of named params, in the order tried.
+        self._named = [kind for kind in self.kinds if not kind.__struct_config__.array_like]
 
     def decode(self, params: bytes) -> Any:
         """``params`` (JSON) as a struct, or None if the strict decoder refuses them."""
@@ -317,37 +86,51 @@ class ParamsDecoder:
             records = getattr(params, name)
             if not (type(records) is list and records and type(records[0]) is record):
                 continue  # none, or columns already
-            # b"" + text: the bytes of a Raw without bytes()'s parsing of its arguments (300 texts:
-            # 14 us against 21).
+            # b"" + text gives a Raw's bytes without bytes()'s argument parsing (docs/performance.md).
             texts = list(map(operator.add, itertools.repeat(b""), map(attrgetter(field), records)))
             rows, distinct = numbered(texts)
             try:
                 lists = [decoder.decode(text) for text in distinct]
             except REFUSED:
                 return None
-            columns.append((name, _COLUMNS[record](records, RepeatedLists(rows, lists))))
+            columns.append((name, COLUMNS_OF[record](records, RepeatedLists(rows, lists))))
         for name, value in columns:  # once every check passed: refused params keep their records
             setattr(params, name, value)
         return params
 
     def from_models(self, params: dict) -> Any:
         """``params`` (named, decoded JSON) validated by the models, as a struct: the values they
-        accept, as they give them (ParamsError with their words if they refuse)."""
+        accept, as they give them (ParamsError with their words if they refuse). The model's
+        values become the struct's by msgspec's conversion from attributes (no JSON in between);
+        records with :data:`REPEATING` fields become the records' columns here, as
+        :meth:`checked` makes them of decoded texts."""
         try:
             validated = self.model.model_validate(params)
         except ValidationError as exc:
             raise ParamsError.from_validation(exc) from None
-        struct = self.decode(validated.model_dump_json(by_alias=True).encode())
-        if struct is None:
-            raise AssertionError(f"the strict decoder refuses what {self.model.__name__} gave")
-        return struct
+        for kind in self._named:
+            columns = {}
+            for name, record, field, _ in self._repeating[kind]:
+                records = getattr(validated, name)
+                if type(records) is list and records and type(records[0]) is MODEL_OF[record]:
+                    rows, distinct = numbered([tuple(getattr(r, field)) for r in records])
+                    columns[name] = COLUMNS_OF[record](records, RepeatedLists(rows, distinct))
+            values = validated.model_copy(update=dict.fromkeys(columns, []))
+            try:
+                struct = msgspec.convert(values, kind, from_attributes=True)
+            except msgspec.ValidationError:
+                continue  # another member of an untaggable union
+            for name, value in columns.items():
+                setattr(struct, name, value)
+            return struct
+        raise AssertionError(f"no struct of {self.model.__name__} takes what the model gave")
 
 
 def _repeating(params: type[msgspec.Struct]) -> Iterator[tuple]:
     """The fields of a params struct that hold lists of records with :data:`REPEATING` fields."""
-    for name, kind, *_ in _FIELDS[params]:
+    for name, kind, *_ in FIELDS[params]:
         (record,) = get_args(kind) if get_origin(kind) is list else (None,)
-        for field, text in _TEXTS.get(record, {}).items():
+        for field, text in TEXTS.get(record, {}).items():
             yield name, record, field, msgspec.json.Decoder(tuple[(get_args(text)[0], ...)])
 
 
@@ -391,7 +174,7 @@ class MessageDecoder:
             ("id", Union[str, int, float, None], msgspec.UNSET),  # noqa: UP007
             ("params", params, msgspec.UNSET),
         ]
-        request = _defstruct("Request", fields, tag_field="method", tag=name, forbid_unknown_fields=True)
+        request = defstruct("Request", fields, tag_field="method", tag=name, forbid_unknown_fields=True)
         self.methods[request] = name
         return request
 
@@ -425,8 +208,8 @@ class MessageDecoder:
 
 # -- engine values, and the engine's results as the wire gives them ----------------------------
 
-StaticStats, DynamicStats = struct_of(m.StaticStats), struct_of(m.DynamicStats)
-Candidate = struct_of(m.Candidate)
+StaticStats, DynamicStats = struct_of(rec.StaticStats), struct_of(rec.DynamicStats)
+Candidate = struct_of(rec.Candidate)
 
 
 def unsigned(value: float | None) -> float | None:
@@ -437,8 +220,7 @@ def unsigned(value: float | None) -> float | None:
 
 def resource_stats(stats: Any) -> ResourceStats:
     """Stats of a resource: static (``maxcpu``/``maxmem``, also the running usage) or dynamic."""
-    # unsigned() inline (its fields are never None): a round adds hundreds of resources, and the
-    # calls were a tenth of their placing (128 dynamic adds: 51 us placed, 46 so).
+    # unsigned() written out: these fields are never None, and a round places thousands of them.
     if type(stats) is StaticStats:
         cores = stats.maxcpu + 0.0
         return ResourceStats(cores, cores, stats.maxmem, stats.maxmem)
@@ -495,29 +277,27 @@ def snapshot_scheduler(usage: Any, formula: str) -> Scheduler:
     return scheduler
 
 
-def scored_list(scored: list) -> list[dict]:
-    """Scored migrations as the wire gives them (a ScoredList)."""
-    return [s.to_wire() for s in scored]
+@functools.cache
+def _shape(result: Any) -> TypeAdapter:
+    return TypeAdapter(result)
 
 
-def scored_or_none(scored: Any) -> dict | None:
-    """One scored migration, or None, as the wire gives it (a ScoredOrNone)."""
-    return None if scored is None else scored.to_wire()
-
-
-def start_scores(scores: list[tuple[str, float]]) -> list[list]:
-    """``(node, score)`` pairs as the wire gives them: ``[node, score]`` lists."""
-    return [[name, score] for name, score in scores]
+def as_wire(result: Any, value: Any) -> Any:
+    """``value``, a method's result (an engine value, or built here), as the wire writes it: read by
+    its result type ``result`` (a model of :mod:`bridge.results`, or a plain type) and written with
+    the wire's names."""
+    shape = _shape(result)
+    return shape.dump_python(shape.validate_python(value, from_attributes=True), by_alias=True)
 
 
 _SID, _SOURCE, _TARGET, _STATS = map(attrgetter, ("sid", "source_node", "target_node", "stats"))
-_CPU, _MEM, _LEADER, _RESOURCES = map(attrgetter, ("cpu", "mem", "leader", "resources"))
+_CPU, _MEM = attrgetter("cpu"), attrgetter("mem")
 
 
 class FieldView(Sequence[str]):
     """One name field of decoded candidates, read in place: the engine maps a column over its node
-    index once and looks at a few rows' sids, so a list of 100k names of its own would cost more
-    than it saves. Iterating maps the field's getter over the records, in C."""
+    index once and looks at a few rows' sids, and a list of 100k names of its own costs more than
+    that (docs/performance.md). Iterating maps the field's getter over the records, in C."""
 
     __slots__ = ("_records", "_get")
 
@@ -558,7 +338,7 @@ def candidate_counts(candidates: Any) -> tuple[int, int]:
     if type(candidates) is CompactColumns:  # checked: every bundle has both lists (counted in C)
         return int(candidates.nodes.lengths().sum()), sum(map(len, candidates.resources))
     first = candidates[0]
-    if type(first) is Candidate or m.candidate_form(candidates) == "expanded":
+    if type(first) is Candidate or rec.candidate_form(candidates) == "expanded":
         return len(candidates), 0
     expanded = members = 0
     for bundle in candidates:

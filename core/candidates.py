@@ -33,9 +33,6 @@ class Migration:
     source_node: str
     target_node: str
 
-    def to_wire(self) -> dict[str, str]:
-        return {"sid": self.sid, "source-node": self.source_node, "target-node": self.target_node}
-
 
 @dataclass(frozen=True, slots=True)
 class MigrationCandidate:
@@ -127,9 +124,6 @@ class ScoredMigration:
 
     migration: Migration
     imbalance: float
-
-    def to_wire(self) -> dict:
-        return {"migration": self.migration.to_wire(), "imbalance": self.imbalance}
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ each, and, when nothing should move, why.
 Every number comes from the scorers' own functions on the same view and candidate batch
 (:mod:`core.scheduler`, :mod:`core.whatif`, :mod:`core.topsis`), so an explanation agrees with
 ``score_best_balancing_migration_candidates[_topsis]`` to the last bit. All loads and
-imbalances are fractions; ``to_wire()`` gives JSON-ready dicts with kebab-case keys.
+imbalances are fractions.
 """
 
 from __future__ import annotations
@@ -46,9 +46,6 @@ class NodeLoad:
     mem: float
     load: float
 
-    def to_wire(self) -> dict:
-        return {"node": self.name, "cpu-load": self.cpu, "mem-load": self.mem, "load": self.load}
-
 
 @dataclass(frozen=True, slots=True)
 class ClusterLoad:
@@ -56,9 +53,6 @@ class ClusterLoad:
 
     nodes: tuple[NodeLoad, ...]
     imbalance: float
-
-    def to_wire(self) -> dict:
-        return {"imbalance": self.imbalance, "nodes": [n.to_wire() for n in self.nodes]}
 
 
 def cluster_load(view: NodeView, formula: Formula) -> ClusterLoad:
@@ -74,12 +68,6 @@ class NodeChange:
     before: NodeLoad
     after: NodeLoad
 
-    def to_wire(self) -> dict:
-        def loads(n: NodeLoad) -> dict:
-            return {"cpu-load": n.cpu, "mem-load": n.mem, "load": n.load}
-
-        return {"node": self.before.name, "before": loads(self.before), "after": loads(self.after)}
-
 
 @dataclass(frozen=True, slots=True)
 class TopsisRow:
@@ -93,15 +81,6 @@ class TopsisRow:
     to_worst: float
     score: float
 
-    def to_wire(self) -> dict:
-        return {
-            "criteria": list(self.criteria),
-            "normalised": list(self.normalised),
-            "distance-to-best": self.to_best,
-            "distance-to-worst": self.to_worst,
-            "score": self.score,
-        }
-
 
 @dataclass(frozen=True, slots=True)
 class TopsisIdeal:
@@ -112,13 +91,10 @@ class TopsisIdeal:
     best: tuple[float, ...]
     worst: tuple[float, ...]
 
-    def to_wire(self) -> dict:
-        return {
-            "criteria": list(TOPSIS_CRITERIA),
-            "weights": list(self.weights),
-            "ideal-best": list(self.best),
-            "ideal-worst": list(self.worst),
-        }
+    @property
+    def criteria(self) -> tuple[str, ...]:
+        """The criteria's names, in the order of the other fields' values."""
+        return TOPSIS_CRITERIA
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,18 +111,6 @@ class MigrationDetail:
     source: NodeChange
     target: NodeChange
     topsis: TopsisRow | None = None
-
-    def to_wire(self) -> dict:
-        wire = {
-            "candidate-index": self.index,
-            "migration": self.migration.to_wire(),
-            "imbalance": self.imbalance,
-            "source": self.source.to_wire(),
-            "target": self.target.to_wire(),
-        }
-        if self.topsis is not None:
-            wire["topsis"] = self.topsis.to_wire()
-        return wire
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,26 +144,6 @@ class Explanation:
     def would_migrate(self) -> bool:
         """True when the first chosen migration passes every check given."""
         return self.reason == MIGRATE
-
-    def to_wire(self) -> dict:
-        wire = {
-            "method": self.method,
-            "imbalance-formula": self.formula,
-            "limit": self.limit,
-            "threshold": self.threshold,
-            "margin": self.margin,
-            "current": self.current.to_wire(),
-            "candidate-count": self.candidate_count,
-            "chosen": [d.to_wire() for d in self.chosen],
-            "runner-up": None if self.runner_up is None else self.runner_up.to_wire(),
-            "best-imbalance": self.best_imbalance,
-            "relative-improvement": self.relative,
-            "reason": self.reason,
-            "message": self.message,
-        }
-        if self.topsis is not None:
-            wire["topsis"] = self.topsis.to_wire()
-        return wire
 
 
 def check_fraction(field: str, value: object) -> float | None:

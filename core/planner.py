@@ -39,15 +39,6 @@ class PlanStep:
     imbalance_before: float
     imbalance_after: float
 
-    def to_wire(self) -> dict:
-        return {
-            **self.migration.to_wire(),
-            "resources": list(self.resources),
-            "expected-imbalance": self.expected_imbalance,
-            "imbalance-before": self.imbalance_before,
-            "imbalance-after": self.imbalance_after,
-        }
-
 
 @dataclass(frozen=True, slots=True)
 class RebalancePlan:
@@ -65,21 +56,6 @@ class RebalancePlan:
     stop_message: str
     before: ClusterLoad
     after: ClusterLoad
-
-    def to_wire(self) -> dict:
-        return {
-            "method": self.method,
-            "imbalance-formula": self.formula,
-            "threshold": self.threshold,
-            "margin": self.margin,
-            "max-steps": self.max_steps,
-            "allow-repeat": self.allow_repeat,
-            "steps": [step.to_wire() for step in self.steps],
-            "stop-reason": self.stop_reason,
-            "stop-message": self.stop_message,
-            "before": self.before.to_wire(),
-            "after": self.after.to_wire(),
-        }
 
 
 def plan_rebalance(

@@ -7,7 +7,6 @@ changes nothing (upstream loses the resource on the legacy "already moving" erro
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
@@ -254,21 +253,6 @@ class Usage:
             resources[sid] = resource
             node.sids[sid] = None
             node.maxmem_total += maxmem
-
-    def adds_mark(self) -> tuple[int, int]:
-        """A mark to take back the nodes and resources added after it (:meth:`take_back_adds`)."""
-        return len(self._nodes), len(self._resources)
-
-    def take_back_adds(self, mark: tuple[int, int]) -> None:
-        """Remove the resources, then the nodes, added since ``mark`` (of :meth:`adds_mark`), newest
-        first: the usage is as it was at the mark, orders and memory totals included. Only for
-        adds: after a removal or a legacy add since the mark, the state is not the mark's."""
-        nodes, resources = mark
-        for sid in list(itertools.islice(reversed(self._resources), len(self._resources) - resources)):
-            self.remove_resource(sid)
-        for name in list(itertools.islice(reversed(self._nodes), len(self._nodes) - nodes)):
-            del self._nodes[name]
-        self._views.clear()
 
     def _check_memory(self, sid: str, resource: Resource) -> None:
         # Refused here, not at the next view: an accepted resource must never make every later

@@ -5,6 +5,7 @@
     Logs go to stderr, or to syslog when stderr is closed or /dev/null (or always, with
     ``--log-target syslog``; see :mod:`crs_bridge.logsink`). With ``--client-pid`` every log line
     names the client, and the server exits once that process is gone (:mod:`crs_bridge.lifeline`).
+    Started with stdin or stdout closed, it says so in one log line and exits 1.
 ``crs-bridge call METHOD [PARAMS]``
     Start a server, send one request, print the answer. PARAMS is inline JSON or ``@file``
     (``@-``: standard input). The result is pretty-printed on stdout (exit 0); an error is
@@ -33,32 +34,34 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
-import functools
-import json
 import logging
 import math
 import os
-import re
 import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
-
-import orjson
 
 from . import doctor
 from .bridge import __version__
 from .bridge.limits import LIMITS, ServerLimits, env_var, flag
+from .remote import (
+    EXIT_OK,
+    EXIT_USAGE,
+    call_fresh_server,
+    common_options,
+    did_you_mean,
+    json_dumps,
+    read_params,
+    say,
+)
 
 _LOG_PREFIX = "crs-bridge[%(process)d] "  # syslog's ident says this itself
 _LOG_MESSAGE = "%(levelname)s: %(message)s"
 _LOG_FORMAT = _LOG_PREFIX + _LOG_MESSAGE
 
-EXIT_OK = 0
-EXIT_RPC_ERROR = 1
-EXIT_USAGE = 2
-EXIT_NO_ANSWER = 3
+#: ``serve`` started with stdin or stdout closed (as when its streams fail otherwise).
+EXIT_STREAMS_CLOSED = 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -74,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="serve JSON-RPC on stdin/stdout")
-    _common_options(serve)
+    common_options(serve)
     for name, default in ServerLimits().as_dict().items():
         serve.add_argument(
             flag(name), type=int, metavar="N", help=f"{LIMITS[name]}; default {default}, or ${env_var(name)}"
@@ -102,12 +105,12 @@ def _parser() -> argparse.ArgumentParser:
     call = commands.add_parser("call", help="send one request to a fresh server and print the answer")
     call.add_argument("method", help="method name, e.g. score_best_balancing_migrations")
     call.add_argument("params", nargs="?", help="params as inline JSON, or @FILE (@- for stdin)")
-    _common_options(call)
+    common_options(call)
     call.set_defaults(run=_call)
 
     methods = commands.add_parser("methods", help="list the methods with their summaries, or one method's params")
     methods.add_argument("name", nargs="?", help="show this method's params")
-    _common_options(methods)
+    common_options(methods)
     methods.set_defaults(run=_methods)
     _add_plan_commands(commands)
     from .replay import add_replay_command
@@ -117,17 +120,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _common_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--trace", metavar="FILE|-", help="log every request and response with its duration ('-': stderr)"
-    )
-    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
-
-
 def _serve(args: argparse.Namespace) -> int:
     from . import logsink
     from .bridge.server import Terminated, serve
 
+    # Before any file is opened: a closed fd 0 or 1 would be the next file's, the trace's say.
+    closed = _closed_stdio()
     try:
         limits = _limits(args)
         # stderr may be a pipe nobody reads: logging (and a trace to '-') must never block serving.
@@ -136,6 +134,11 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"crs-bridge serve: {exc}", file=sys.stderr)
         return EXIT_USAGE
     logsink.install(args.log_level, _serve_log_format(sink, args.client_pid), sink)
+    if closed:
+        log = logging.getLogger("crs-bridge")
+        log.error("cannot serve: %s is closed (start it with stdin and stdout open)", closed)
+        sink.close()
+        return EXIT_STREAMS_CLOSED
     stop_watch = lambda: None  # noqa: E731
     options = {"limits": limits, "debug_methods": args.debug_methods}
     try:
@@ -157,6 +160,18 @@ def _serve(args: argparse.Namespace) -> int:
         return 0
     finally:
         sink.close()
+
+
+def _closed_stdio() -> str | None:
+    """The name of the first of stdin and stdout that the process was started without, or None."""
+    for name, fd in (("stdin", 0), ("stdout", 1)):
+        try:
+            os.fstat(fd)
+        except OSError:
+            return name
+        if getattr(sys, name) is None:  # closed at start-up, and the fd taken since
+            return name
+    return None
 
 
 def _terminate_start(signum: int, frame: object) -> None:
@@ -198,164 +213,25 @@ def limits_from_env(environ: Mapping[str, str] = os.environ) -> ServerLimits:
 
 def _call(args: argparse.Namespace) -> int:
     try:
-        params = _read_params(args.params)
+        params = read_params(args.params)
     except (OSError, ValueError) as exc:  # ValueError: not JSON, or (UnicodeDecodeError) not UTF-8
-        _say(args, f"cannot read PARAMS: {exc}")
+        say(args, f"cannot read PARAMS: {exc}")
         return EXIT_USAGE
     from_file = args.params is not None and args.params.startswith("@")
-    status, result = _remote_call(args, args.method, params, from_file)
+    status, result = call_fresh_server(args, args.method, params, from_file)
     if status == EXIT_OK:
         _print_json(result)
     return status
 
 
-def _say(args: argparse.Namespace, text: str) -> None:
-    """One line on stderr, prefixed with the command that says it (``crs-bridge plan: ...``)."""
-    print(f"crs-bridge {args.command}: {text}", file=sys.stderr)
-
-
-def _read_params(text: str | None) -> Any:
-    if text is None:
-        return None
-    if text.startswith("@"):
-        source = text[1:]
-        if source == "-":
-            text = sys.stdin.read()
-        else:
-            with open(source, encoding="utf-8") as file:
-                text = file.read()
-    try:
-        return _json_loads(text)
-    except ValueError:
-        if os.path.isfile(text):
-            raise ValueError(f"{text!r} is the name of a file: write @{text} to read it") from None
-        raise
-
-
-def _json_loads(text: str | bytes) -> Any:
-    """JSON text as Python values; integers beyond 64 bits stay integers (orjson reads them as
-    floats, so a text that may hold one, a run of 20 digits, is read by the json module)."""
-    value = orjson.loads(text)
-    digits = re.search(rb"\d{20}" if isinstance(text, bytes) else r"\d{20}", text)
-    return value if digits is None else json.loads(text)
-
-
-def _json_dumps(value: Any, indent: bool = False) -> str:
-    """``value`` as JSON text; integers beyond 64 bits, which orjson cannot write, by the json module."""
-    try:
-        return orjson.dumps(value, option=orjson.OPT_INDENT_2 if indent else None).decode()
-    except TypeError:
-        return json.dumps(value, ensure_ascii=False, indent=2 if indent else None)
-
-
-class _Server:
-    """A fresh server for one command (``--trace`` passed on; its stderr is the command's), asked
-    one request at a time; :attr:`methods` asks it for its methods when first needed."""
-
-    def __init__(self, trace: str | None) -> None:
-        from .client import BridgeClient
-
-        command = [sys.executable, "-P", "-m", "crs_bridge", "serve", *(["--trace", trace] if trace else [])]
-        self.client = BridgeClient(command=command, timeout=None, capture_stderr=False)
-
-    def ask(self, method: str, params: Any) -> dict | None:
-        """The response to one request, or None if the server ended without answering."""
-        request: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": method}
-        if params is not None:
-            request["params"] = params
-        try:
-            self.client.send_raw(_json_dumps(request).encode())
-            return _json_loads(self.client.read_raw()[1])
-        except (EOFError, BrokenPipeError):
-            return None
-
-    @functools.cached_property
-    def methods(self) -> dict[str, dict] | None:
-        """The server's methods by name (its ``rpc.discover`` document), or None without an answer."""
-        response = self.ask("rpc.discover", None)
-        if response is None or "result" not in response:
-            return None
-        return {method["name"]: method for method in response["result"]["methods"]}
-
-    def __enter__(self) -> _Server:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.client.__exit__(*exc)
-
-
-def _remote_call(
-    args: argparse.Namespace,
-    method: str,
-    params: Any,
-    from_file: bool = False,
-    prepare: Callable[[_Server], dict] | None = None,
-) -> tuple[int, Any]:
-    """Send one request to a fresh server: (EXIT_OK, result), or an exit status and None after
-    printing the error (or the lack of an answer) on stderr, with the close method names when
-    the method is unknown. ``from_file``: params from a file, see :func:`_params_taken`.
-    ``prepare``: sets the server up first and returns params to add (exceptions pass through)."""
-    with _Server(args.trace) as server:
-        if from_file and isinstance(params, dict):
-            params = _params_taken(args, method, params, server.methods)
-        if prepare is not None:
-            params = {**params, **prepare(server)}
-        response = server.ask(method, params)
-        if response is None:
-            _say(args, f"the server gave no answer (exit status {server.client.close()})")
-            return EXIT_NO_ANSWER, None
-        if "error" not in response:
-            return EXIT_OK, response.get("result")
-        error = response["error"]
-        _say(args, f"error {error.get('code')}: {error.get('message')}")
-        if "data" in error:
-            print(_json_dumps(error["data"], indent=True), file=sys.stderr)
-        methods = server.methods if error.get("code") == -32601 else None
-        if methods and method not in methods:
-            _say(args, _did_you_mean(method, list(methods)))
-        return EXIT_RPC_ERROR, None
-
-
-def _params_taken(args: argparse.Namespace, method: str, params: dict, methods: dict[str, dict] | None) -> dict:
-    """``params`` read from a file without the keys ``method`` does not take but another method
-    does (a cluster file holds the params of several methods), saying which; other unknown keys
-    stay, for the server to name. Unchanged if the methods are unknown (or ``method`` is)."""
-    if methods is None or method not in methods:
-        return params
-    taken = _param_names(methods[method])
-    known = set().union(*map(_param_names, methods.values()))
-    left_out = [key for key in params if key not in taken and key in known]
-    if left_out:
-        them = "them" if len(left_out) > 1 else "it"
-        source = "standard input" if args.params == "@-" else args.params[1:]
-        _say(args, f"not sent from {source}: {', '.join(left_out)} ({method} does not take {them})")
-    return {key: value for key, value in params.items() if key not in left_out}
-
-
-def _param_names(method: dict) -> set[str]:
-    return {param["name"] for param in method["params"]}
-
-
-def _did_you_mean(name: str, names: Sequence[str]) -> str:
-    """A hint naming up to three methods whose names, or their part after ``scheduler.``, are
-    close to ``name`` (difflib's ratio of at least 0.6)."""
-    full_names: dict[str, str] = {}
-    for full in names:
-        full_names.setdefault(full, full)
-        full_names.setdefault(full.removeprefix("scheduler."), full)
-    close = dict.fromkeys(full_names[match] for match in difflib.get_close_matches(name, list(full_names), n=3))
-    hint = f"did you mean {', '.join(close)}? " if close else ""
-    return f"{hint}('crs-bridge methods' lists them all)"
-
-
 def _print_json(value: Any) -> None:
-    sys.stdout.write(_json_dumps(value, indent=True) + "\n")
+    sys.stdout.write(json_dumps(value, indent=True) + "\n")
 
 
 def _methods(args: argparse.Namespace) -> int:
     from .render import method_text, methods_text
 
-    status, document = _remote_call(args, "rpc.discover", None)
+    status, document = call_fresh_server(args, "rpc.discover", None)
     if status != EXIT_OK:
         return status
     methods = {method["name"]: method for method in document["methods"]}
@@ -364,7 +240,7 @@ def _methods(args: argparse.Namespace) -> int:
     elif args.name in methods:
         sys.stdout.write(method_text(methods[args.name]))
     else:
-        _say(args, f"no method {args.name!r}; {_did_you_mean(args.name, list(methods))}")
+        say(args, f"no method {args.name!r}; {did_you_mean(args.name, list(methods))}")
         return EXIT_USAGE
     return EXIT_OK
 
@@ -422,7 +298,7 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--method", choices=["bruteforce", "topsis"], help="scorer (default bruteforce)")
     parser.add_argument("--imbalance", choices=["normalized", "raw"], help="imbalance formula (default raw)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON instead of text")
-    _common_options(parser)
+    common_options(parser)
 
 
 def _number(text: str) -> float:
@@ -453,11 +329,11 @@ def _plan_command(args: argparse.Namespace) -> int:
     try:
         params = _cluster_params(args)
     except (OSError, ValueError) as exc:
-        _say(args, f"cannot read CLUSTER: {exc}")
+        say(args, f"cannot read CLUSTER: {exc}")
         return EXIT_USAGE
     problems = _percentages(args, params)
     for problem in problems:
-        _say(args, problem)
+        say(args, problem)
     if problems:
         return EXIT_USAGE
     from .replay import remote_call  # a flight recorder file is the recorded object at its decision
@@ -477,7 +353,7 @@ def _plan_command(args: argparse.Namespace) -> int:
 def _cluster_params(args: argparse.Namespace) -> dict:
     """The request's params: the cluster file's keys (without the single-move methods' options),
     then the options given on the command line. Unknown keys go to the server, which names them."""
-    cluster = _read_params(args.cluster)
+    cluster = read_params(args.cluster)
     if not isinstance(cluster, dict):
         raise ValueError("expected a JSON object with 'usage' and 'candidates'")
     params = {key: value for key, value in cluster.items() if key not in _SCORING_ONLY}

@@ -156,7 +156,8 @@ def modules_check(report: dict[str, Any]) -> Check:
     """Which Static.pm/Dynamic.pm perl loads, and whether they are crs-bridge's drop-ins."""
     found = report.get("modules")
     if not found:
-        return Check("modules", FAIL, f"the scheduler modules did not load: {error_of(report)}")
+        hint = f"; {install_hint()}" if _NOT_FOUND.search(str(report.get("error"))) else ""
+        return Check("modules", FAIL, f"the scheduler modules did not load: {error_of(report)}{hint}")
     lines, drop_ins = [], 0
     for mode in ("static", "dynamic"):
         module = found[mode]
@@ -186,8 +187,21 @@ def package_of(path: str) -> str:
     return f"package {diverter[1]}" + (f" (diverts {', '.join(others)}'s)" if others else "")
 
 
+def install_hint() -> str:
+    """What to do when perl finds no scheduler module: install the package, or, run from a
+    checkout, the options that point the round at the checkout's drop-in and server."""
+    hint = "install the crs-bridge package (README: Deploy on Proxmox VE)"
+    checkout_lib = ROUND_SCRIPT.parents[1] / "perl-client" / "lib"
+    server_dir = Path(sys.executable).parent
+    if checkout_lib.is_dir() and (server_dir / "crs-bridge").exists():
+        hint += f", or to check this checkout: --perl-inc {checkout_lib} --path {server_dir}:{DAEMON_PATH}"
+    return hint
+
+
 def server_check(report: dict[str, Any]) -> Check:
     server = report.get("server") or {}
+    if not report.get("modules") and _NOT_FOUND.search(str(report.get("error"))):
+        return Check("server", FAIL, "not started: the scheduler modules did not load", {"error": report["error"]})
     if "error" in report:
         return Check("server", FAIL, f"the round failed: {error_of(report)}", server | {"error": report["error"]})
     if not server:
@@ -368,8 +382,16 @@ def environment_check(environ: dict[str, str]) -> Check:
     return Check("environment", WARN, message, {"variables": names})
 
 
+#: perl's error for a module missing from @INC (followed by the whole @INC, which says nothing
+#: to a reader): the file it sought.
+_NOT_FOUND = re.compile(r"Can't locate (\S+\.pm) in @INC")
+
+
 def error_of(report: dict[str, Any]) -> str:
-    return str(report.get("error", "no report")).strip()
+    """The round's error for a reader: a module missing from @INC as just that."""
+    error = str(report.get("error", "no report")).strip()
+    missing = _NOT_FOUND.search(error)
+    return f"perl finds no {missing[1]} in @INC" if missing else error
 
 
 def report_text(checks: Sequence[Check], healthy: bool, path: str) -> str:

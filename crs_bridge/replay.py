@@ -37,17 +37,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from .cli import (
+from .remote import (
     EXIT_NO_ANSWER,
     EXIT_OK,
     EXIT_RPC_ERROR,
     EXIT_USAGE,
-    _common_options,
-    _json_dumps,
-    _read_params,
-    _remote_call,
-    _say,
-    _Server,
+    Server,
+    call_fresh_server,
+    common_options,
+    json_dumps,
+    read_params,
+    say,
 )
 
 #: ``request(method, params) -> response``: one request to the command's server.
@@ -71,7 +71,7 @@ def add_replay_command(commands: Any) -> None:
         "replay", help="re-run a flight recorder file on a fresh server and check every answer is bit-identical"
     )
     replay.add_argument("file", help="a file the Perl drop-in's flight recorder wrote (FILE or @FILE)")
-    _common_options(replay)
+    common_options(replay)
     replay.set_defaults(run=_replay_command)
 
 
@@ -83,15 +83,15 @@ def _replay_command(args: argparse.Namespace) -> int:
     try:
         recording = load(args.file)
     except (OSError, ValueError) as exc:
-        _say(args, f"cannot read {args.file}: {exc}")
+        say(args, f"cannot read {args.file}: {exc}")
         return EXIT_USAGE
     try:
         compared, local = replay(recording, args.trace)
     except Difference as difference:
-        _say(args, str(difference))
+        say(args, str(difference))
         return EXIT_RPC_ERROR
     except _MALFORMED as problem:
-        _say(args, f"cannot read {args.file}: a malformed recording ({problem!r})")
+        say(args, f"cannot read {args.file}: a malformed recording ({problem!r})")
         return EXIT_USAGE
     calls = len(recording[RECORD_KEY]["calls"])
     print(f"{args.file}: {compared} of {calls} answers replayed, all bit-identical ({local} answered by the client)")
@@ -100,7 +100,7 @@ def _replay_command(args: argparse.Namespace) -> int:
 
 def load(path: str) -> dict:
     """The recording in ``path`` (``@`` in front is allowed); ValueError when it is none."""
-    cluster = _read_params(path if path.startswith("@") else "@" + path)
+    cluster = read_params(path if path.startswith("@") else "@" + path)
     record = cluster.get(RECORD_KEY) if isinstance(cluster, dict) else None
     if not isinstance(record, dict) or not isinstance(record.get("calls"), list):
         raise ValueError(f"not a flight recorder file (no '{RECORD_KEY}' with 'calls')")
@@ -137,14 +137,14 @@ def replay(recording: dict, trace: str | None = None) -> tuple[int, int]:
 
 
 def remote_call(args: argparse.Namespace, method: str, params: dict) -> tuple[int, Any]:
-    """``cli._remote_call`` for plan and explain: a cluster with a recording (``params`` hold
+    """``remote.call_fresh_server`` for plan and explain: a cluster with a recording (``params`` hold
     its ``record``) is the recorded object at its decision, built on the server from its journal
     and named by its handle; any other cluster goes as it is."""
     record = params.pop(RECORD_KEY, None)
     if record is None or "usage" in params:
-        return _remote_call(args, method, params)
+        return call_fresh_server(args, method, params)
 
-    def rebuilt(server: _Server) -> dict:
+    def rebuilt(server: Server) -> dict:
         decision = record["decision"]
         at = record["calls"][decision]["at"] if decision is not None else len(record["journal"])
         request = _requester(server)
@@ -153,12 +153,12 @@ def remote_call(args: argparse.Namespace, method: str, params: dict) -> tuple[in
         return {"scheduler": handle}
 
     try:
-        return _remote_call(args, method, params, prepare=rebuilt)
+        return call_fresh_server(args, method, params, prepare=rebuilt)
     except Difference as problem:
-        _say(args, f"cannot rebuild the recorded object: {problem}")
+        say(args, f"cannot rebuild the recorded object: {problem}")
         return EXIT_NO_ANSWER, None
     except _MALFORMED as problem:
-        _say(args, f"a malformed flight recorder file ({problem!r})")
+        say(args, f"a malformed flight recorder file ({problem!r})")
         return EXIT_USAGE, None
 
 
@@ -226,18 +226,18 @@ def _difference(expected: Any, got: Any, where: str) -> str | None:
 
 
 def _short(value: Any) -> str:
-    text = repr(value) if isinstance(value, float) else _json_dumps(value)
+    text = repr(value) if isinstance(value, float) else json_dumps(value)
     return text if len(text) <= 200 else text[:200] + "..."
 
 
 @contextmanager
 def _server(trace: str | None) -> Iterator[Request]:
     """A fresh server (the CLI's); yields its :data:`Request`."""
-    with _Server(trace) as server:
+    with Server(trace) as server:
         yield _requester(server)
 
 
-def _requester(server: _Server) -> Request:
+def _requester(server: Server) -> Request:
     """``server``'s requests; a server that ends without answering is a :class:`Difference`."""
 
     def request(method: str, params: Any) -> dict:

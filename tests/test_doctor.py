@@ -130,3 +130,23 @@ def test_the_shipped_config_file_documents_every_key_and_sets_none():
 def test_formula_against_the_installed_releases(versions, formula, status, says):
     check = doctor.formula_check(formula, versions.get)
     assert check.status == status and says in check.message
+
+
+@pytest.mark.skipif(
+    Path("/usr/share/perl5/PVE/RS/ResourceScheduling/Static.pm").exists(), reason="a scheduler module is installed"
+)
+def test_off_a_node_it_says_what_to_install_or_pass_not_perls_inc():
+    """No scheduler module anywhere in @INC: the report names the package to install and, from a
+    checkout, the options that check it; never perl's @INC dump."""
+    done = subprocess.run(
+        [sys.executable, "-m", "crs_bridge", "doctor"], capture_output=True, text=True, check=False, timeout=120
+    )
+    lines = {line.split()[1]: line for line in done.stdout.splitlines() if line.startswith("  ")}
+    assert done.returncode == 1 and "@INC contains" not in done.stdout
+    assert "install the crs-bridge package" in lines["modules"]
+    advice = f"--perl-inc {PERL_LIB} --path {server_path()}:{doctor.DAEMON_PATH}"
+    assert lines["modules"].endswith(advice) and "the scheduler modules did not load" in lines["server"]
+    followed = subprocess.run(
+        [sys.executable, "-m", "crs_bridge", "doctor", *advice.split()], capture_output=True, text=True, timeout=120
+    )
+    assert followed.returncode == 0, followed.stdout

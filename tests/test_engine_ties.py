@@ -1,7 +1,7 @@
 """Ties are bit-equal values only (the arithmetic rule in ``core/__init__.py``): a near tie, values
 an ulp or a hair apart, is decided as the crate's arithmetic decides it for the nodes in insertion
 order, and only a true tie (the same bits) is broken by input order (TOPSIS) or by name
-(bruteforce). Also: upstream's candidate errors win over crs-bridge's own refusals (issue 18).
+(bruteforce). Also: upstream's candidate errors win over crs-bridge's own refusals.
 
 On identical (or mirrored) nodes, moving a guest to either of two symmetric nodes gives the same
 multiset of node loads but other orders of the left-to-right sums, so floats an ulp apart, which

@@ -10,7 +10,6 @@ import math
 import struct
 
 import pytest
-
 from crs_bridge.core import (
     CompactCandidate,
     DynamicScheduler,
@@ -24,6 +23,7 @@ from crs_bridge.core import (
 from crs_bridge.core.candidates import Migration, MigrationCandidate
 from crs_bridge.core.limits import MAX_BYTES, MAX_CORES
 from crs_bridge.core.usage import Aggregation, Resource
+
 from tests import reference as ref
 
 GiB = 1 << 30
@@ -203,27 +203,6 @@ def test_add_resources_equals_adding_one_by_one(make, failure):
     if failure is not None:
         assert outcome[0] is failure[1] and (failure[2] is None or outcome[1] == failure[2])
     assert snapshot(bulk) == snapshot(single)
-
-
-@pytest.mark.parametrize("make", [static_abc, dynamic_abc])
-def test_adds_taken_back_leave_the_state_of_the_mark(make):
-    """Nodes and resources added after a mark (one moving from an old node to a new one, one near
-    the memory bound) are taken back to the bit: orders, views and memory totals."""
-    s = make()
-    s.add_resources([(sid, Resource(stats, True, current, target)) for sid, current, target, stats in BULK_ROWS])
-    before = snapshot(s)
-    mark = s.usage.adds_mark()
-    s.usage.add_node("D", s.usage.node_stats("A"))
-    big = ResourceStats.static(1.0, MAX_BYTES // 2)
-    s.add_resources([("vm:7", Resource(SERVICE, True, "A", "D")), ("vm:8", Resource(big, True, "B"))])
-    s.usage.add_node("E", s.usage.node_stats("A"))
-    s.add_resources([("vm:9", Resource(SERVICE, False, "E"))])
-    s.usage.take_back_adds(mark)
-    assert snapshot(s) == before
-    # The memory totals too: the big resource fits once more (twice would not).
-    s.add_resources([("vm:8", Resource(big, True, "B"))])
-    with pytest.raises(InvalidInputError):
-        s.add_resources([("vm:10", Resource(big, True, "B"))])
 
 
 def test_add_resources_checks_stats():

@@ -12,15 +12,17 @@ import math
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
+from crs_bridge.bridge.results import Explanation
+from crs_bridge.bridge.wire import as_wire
 from crs_bridge.core import CompactCandidate, InvalidInputError
 from crs_bridge.core.explain import explain_migrations
 from crs_bridge.core.imbalance import truncate
 from crs_bridge.core.modes import DynamicScheduler, StaticScheduler
 from crs_bridge.core.stats import NodeStats, ResourceStats
 from crs_bridge.core.verdicts import MARGIN_NOT_REACHED, MIGRATE, NO_CANDIDATES, NO_IMPROVEMENT, THRESHOLD_REACHED
+from hypothesis import given
+from hypothesis import strategies as st
+
 from tests import reference as ref
 
 GiB, MiB = 1024**3, 1024**2
@@ -365,7 +367,8 @@ def test_invalid_options_are_refused(kwargs, field):
 
 
 def test_wire_form_is_json_with_kebab_case_keys():
-    wire = explain_migrations(figure_cluster(HOMOGENEOUS), VM101_CANDIDATES, "topsis", threshold=0.3).to_wire()
+    explained = explain_migrations(figure_cluster(HOMOGENEOUS), VM101_CANDIDATES, "topsis", threshold=0.3)
+    wire = as_wire(Explanation, explained)
     assert json.loads(json.dumps(wire)) == wire
     assert wire["chosen"][0]["migration"] == {"sid": "vm:101", "source-node": "node1", "target-node": "node2"}
     assert {"runner-up", "best-imbalance", "relative-improvement", "reason", "message"} <= wire.keys()

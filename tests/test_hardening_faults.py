@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import orjson
 import pytest
@@ -131,3 +132,21 @@ def test_stderr_closed_by_the_client_changes_nothing():
     answers = [orjson.loads(line) for line in out.splitlines()]
     assert process.returncode == 0 and [a["id"] for a in answers] == list(range(200))
     assert all(("error" in a) == (a["id"] % 2 == 1) for a in answers)
+
+
+#: The installed command, as the Perl client and an operator start it.
+COMMAND = str(Path(sys.executable).parent / "crs-bridge")
+
+
+@pytest.mark.parametrize(("closing", "stream"), [("<&-", "stdin"), (">&-", "stdout"), ("<&- >&-", "stdin")])
+def test_serve_started_without_stdin_or_stdout_says_so_in_one_line_and_exits_1(closing, stream):
+    """Started with fd 0 or 1 closed, the server cannot serve: one line naming the stream on
+    stderr (no traceback), exit 1, and nothing written anywhere as protocol."""
+    shell = f'exec "$0" serve {closing}'
+    done = subprocess.run(
+        ["sh", "-c", shell, COMMAND], input=request(1), capture_output=True, timeout=WAIT, cwd=ROOT, check=False
+    )
+    said = done.stderr.decode()
+    assert done.returncode == 1 and done.stdout == b""
+    assert len(said.splitlines()) == 1 and "Traceback" not in said
+    assert f"{stream} is closed" in said and said.startswith("crs-bridge[")

@@ -12,9 +12,8 @@ import json
 import math
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
+from crs_bridge.bridge.results import RebalancePlan
+from crs_bridge.bridge.wire import as_wire
 from crs_bridge.core import CompactCandidate, InvalidInputError, Migration, MigrationCandidate
 from crs_bridge.core.imbalance import truncate
 from crs_bridge.core.modes import DynamicScheduler, StaticScheduler
@@ -28,6 +27,9 @@ from crs_bridge.core.verdicts import (
     STOP_REASONS,
     THRESHOLD_REACHED,
 )
+from hypothesis import given
+from hypothesis import strategies as st
+
 from tests.test_explain import HOMOGENEOUS, VM101_CANDIDATES, Cluster, GiB, clusters, figure_cluster, two_bundles_of_vm1
 
 # -- replaying a plan by hand ----------------------------------------------------------------
@@ -344,7 +346,7 @@ def test_expanded_candidates_are_refused():
 
 def test_wire_form_is_json_with_kebab_case_keys():
     s, bundles = three_vms_on_node1()
-    wire = plan_rebalance(s, bundles, threshold=0.0, margin=0.0).to_wire()
+    wire = as_wire(RebalancePlan, plan_rebalance(s, bundles, threshold=0.0, margin=0.0))
     assert json.loads(json.dumps(wire)) == wire
     assert wire["stop-reason"] == THRESHOLD_REACHED and wire["after"]["imbalance"] == 0.0
     assert wire["steps"][0] == {

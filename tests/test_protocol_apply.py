@@ -318,3 +318,23 @@ def test_a_handle_in_use_is_refused_and_the_servers_own_handles_avoid_the_client
         bridge.call("scheduler.new", {"mode": "static", "scheduler": handle})
     picked = new(bridge, "static")
     assert picked not in claimed and picked.startswith("s")
+
+
+def test_a_handle_once_used_is_never_handed_out_again():
+    """A client's ``s2``, once freed, is not what a later plain ``scheduler.new`` returns: a stale
+    reference to it gets the unknown-handle error, not another scheduler."""
+    with BridgeClient() as fresh:
+        assert fresh.call("scheduler.new", {"mode": "static", "scheduler": "s2"}) == {"scheduler": "s2"}
+        assert fresh.call("scheduler.free", {"scheduler": "s2"}) is True
+        picked = [new(fresh, "static"), new(fresh, "dynamic")]
+        assert "s2" not in picked and len(set(picked)) == 2
+        with pytest.raises(RpcError) as stale:
+            fresh.call("scheduler.list_nodes", {"scheduler": "s2"})
+        assert stale.value.code == -32001 and "s2" in stale.value.message
+        # The server's handles stay within the form a client may choose; a longer one is refused.
+        with pytest.raises(RpcError) as long:
+            fresh.call("scheduler.new", {"mode": "static", "scheduler": "s" + "9" * 19})
+        assert long.value.code == -32602 and long.value.data["errors"][0]["loc"] == "scheduler"
+        top = "s" + "9" * 18
+        assert fresh.call("scheduler.new", {"mode": "static", "scheduler": top}) == {"scheduler": top}
+        assert new(fresh, "static") == "s1" + "0" * 18

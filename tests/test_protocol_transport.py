@@ -179,16 +179,6 @@ def test_brief_poll_returns_with_input_waiting_and_reads_none_of_it(pipe):
     assert os.read(read_end, 100) == b"next request\n"
 
 
-def test_brief_poll_tells_whether_input_is_waiting_and_reads_none_of_it(pipe):
-    read_end, write_end = pipe
-    poll = BriefPoll(read_end)
-    assert not poll.input_waiting()
-    os.write(write_end, b"next request\n")
-    assert poll.input_waiting() and poll.input_waiting()
-    assert os.read(read_end, 100) == b"next request\n"
-    assert not poll.input_waiting()
-
-
 def test_brief_poll_never_fails_when_the_load_cannot_be_read(pipe, monkeypatch, tmp_path):
     # An open /proc/loadavg that stops being readable (lxcfs restarted under a container:
     # ENOTCONN) must not end the server: it only stops polling. A directory opens, then fails

@@ -81,12 +81,22 @@ def test_the_documents_have_runnable_commands():
     assert {case.values[0].name for case in CASES} >= {"README.md", "rpc.md"}
 
 
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory) -> Path:
+    """The module's stand-in for /tmp: the commands share it, as a reader's shell shares /tmp
+    (a flight record written by one command is read by the next)."""
+    return tmp_path_factory.mktemp("tmp")
+
+
 @pytest.mark.skipif(not (VENV_BIN / "crs-bridge").exists(), reason="needs `make setup` (.venv/bin/crs-bridge)")
 @pytest.mark.parametrize(("path", "command", "output"), CASES)
-def test_command_runs_as_written(path, command, output):
+def test_command_runs_as_written(path, command, output, scratch):
+    """Each command as written, but with /tmp (named, or as TMPDIR) the test's own folder."""
+    env = {**fresh_environment(), "TMPDIR": str(scratch)}
     done = subprocess.run(
-        ["bash", "-c", command], capture_output=True, text=True, cwd=ROOT, env=fresh_environment(), timeout=120
-    )
+        ["bash", "-c", re.sub(r"/tmp\b", str(scratch), command)],
+        capture_output=True, text=True, cwd=ROOT, env=env, timeout=120,
+    )  # fmt: skip
     assert done.returncode == 0, f"{command}\n{done.stderr}"
     if output is not None and path.parent.name == "docs":
         assert done.stdout.splitlines() == output

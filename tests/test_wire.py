@@ -17,19 +17,19 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import annotated_types as at
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from pydantic import AfterValidator, BaseModel
-from pydantic.fields import FieldInfo
-
-from crs_bridge.bridge import models as m
+from crs_bridge.bridge import records as rec
 from crs_bridge.bridge.errors import ParamsError
 from crs_bridge.bridge.limits import ServerLimits
 from crs_bridge.bridge.protocol import Protocol, _named
 from crs_bridge.bridge.registry import ANY_MODE
 from crs_bridge.bridge.schedulers import State
 from crs_bridge.bridge.stateless import METHODS
-from crs_bridge.bridge.wire import candidate_counts, struct_of
+from crs_bridge.bridge.structs import struct_of
+from crs_bridge.bridge.wire import candidate_counts
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import AfterValidator, BaseModel
+from pydantic.fields import FieldInfo
 
 NAMES = st.sampled_from(["A", "B", "C", "vm:1", "vm:2", "node-0"])
 #: What a value may be changed into: another type, an empty name, numbers at and beyond the
@@ -265,7 +265,7 @@ def test_a_rule_the_strict_decoder_does_not_know_fails_its_making():
     """A validator added to the models without teaching the strict decoder is an error at start,
     not a rule the fast way skips."""
 
-    class Rounded(m.Record):
+    class Rounded(rec.Record):
         cores: Annotated[float, AfterValidator(round)]
 
     with pytest.raises(TypeError, match="does not know validator"):

@@ -1,7 +1,7 @@
 #!/usr/bin/perl
 # Argument decoding and error precedence as libpve-rs-perl 0.13.0 (perlmod + serde) has them, against
-# a real server (issue 18): a table of argument kinds x value kinds with upstream's texts, then one
-# subtest per class of the issue, then a near tie end to end (issue 25).
+# a real server: a table of argument kinds x value kinds with upstream's texts, then one subtest per
+# class of difference from upstream that once existed, then a near tie end to end.
 
 use strict;
 use warnings;
@@ -299,7 +299,7 @@ subtest '6. where upstream fails anyway, its error wins' => sub {
         'no resource added');
 };
 
-subtest '7. a one-byte difference decides TOPSIS, in every node order (issue 25)' => sub {
+subtest '7. a one-byte difference decides TOPSIS, in every node order' => sub {
     # vm:101 moves 1 byte, vm:100 12,345: vm:101 leaves the lower memory load. Upstream's crate ranks
     # it first with this imbalance (raw) in every node order; a tolerance once took the two as tied.
     my @nodes = (
