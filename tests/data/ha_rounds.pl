@@ -18,6 +18,7 @@ use File::Basename qw(dirname);
 use lib dirname(__FILE__) . '/../../perl-client/lib', dirname(__FILE__) . '/../../perl-client/t/lib';
 
 use JSON::PP;
+use Storable qw(dclone);
 use HASim;
 
 my $json = JSON::PP->new->canonical;
@@ -28,8 +29,6 @@ sub read_scenario {
     local $/;
     return $json->decode(<$fh>);
 }
-
-sub copy_of { return $json->decode($json->encode($_[0])) }
 
 sub apply_events {
     my ($sim, $events) = @_;
@@ -42,11 +41,16 @@ sub apply_events {
     return;
 }
 
+# A round's report with its numbers as 17-digit strings: JSON::PP writes numbers with 15
+# digits, which would lose the last bits the comparison is about.
 sub report_of {
     my ($report) = @_;
     my $move = $report->{move};
-    return { %$report, move => $move ? { %$move } : undef };
+    my %exact = map { defined $report->{$_} ? ($_ => exact($report->{$_})) : () } qw(imbalance relative);
+    return { %$report, %exact, move => $move ? { %$move, expected => exact($move->{expected}) } : undef };
 }
+
+sub exact { return sprintf('%.17g', $_[0]) }
 
 my $scenario = read_scenario($ARGV[0] // die "usage: ha_rounds.pl SCENARIO.json\n");
 my %common = (mode => $scenario->{mode}, nodes => $scenario->{nodes}, services => $scenario->{services});
@@ -55,7 +59,7 @@ my $shadow = $scenario->{'what-if'} && HASim->new(%common, %{ $scenario->{'what-
 my (@real, @shadow);
 for my $round (1 .. $scenario->{rounds}) {
     apply_events($real, $scenario->{events}{$round});
-    my $before = copy_of({ nodes => $real->{nodes}, services => $real->services });
+    my $before = dclone({ nodes => $real->{nodes}, services => $real->services });
     push @real, report_of($real->round);    # its usage object is dropped, and recorded, here
     next if !$shadow;
     local $ENV{CRS_BRIDGE_RECORD} = '';

@@ -142,7 +142,8 @@ sub measured_node_usage {
     my ($self) = @_;
     my %usage = map { $_ => { cpu => $self->{nodes}{$_}{cpu} // 0, mem => $self->{nodes}{$_}{mem} // 0 } }
         keys %{ $self->{nodes} };
-    for my $sd (values %{ $self->{services} }) {
+    # In sid order, as the sums' last bits depend on it: a round is the same on the same state.
+    for my $sd (map { $self->{services}{$_} } sort keys %{ $self->{services} }) {
         next if $sd->{state} eq 'stopped' || !$sd->{running};
         $usage{ $sd->{node} }{cpu} += $sd->{cpu};
         $usage{ $sd->{node} }{mem} += $sd->{mem};
