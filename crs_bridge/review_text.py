@@ -63,11 +63,11 @@ def _heading(rounds: Sequence[dict]) -> str:
     node_text = f"{nodes[0]}" if len(nodes) == 1 else f"{nodes[0]}-{nodes[-1]}"
     return (
         f"{len(rounds)} HA round{'s' * (len(rounds) != 1)} of {node_text} nodes ({first['mode']}), "
-        f"{_time(first['time'], True)} .. {_time(last['time'], True)} UTC"
+        f"{utc_time(first['time'], True)} .. {utc_time(last['time'], True)} UTC"
     )
 
 
-def _time(stamp: str, full: bool = False) -> str:
+def utc_time(stamp: str, full: bool = False) -> str:
     """'20261207T024029.366Z' as '2026-12-07 02:40:29' (``full``) or '12-07 02:40:29'."""
     if len(stamp) < 15:
         return stamp or "?"
@@ -79,11 +79,11 @@ def _settings_lines(settings: dict) -> list[str]:
     lines = []
     for name in NAMES:
         value = settings[name]["value"]
-        lines.append(f"  {name:<10} {_shown(value):<11} {settings[name]['source']}")
+        lines.append(f"  {name:<10} {shown(value):<11} {settings[name]['source']}")
     return lines
 
 
-def _shown(value: object) -> str:
+def shown(value: object) -> str:
     if value is None:
         return "recorded"
     return f"{value:g}" if isinstance(value, float | int) else str(value)
@@ -123,7 +123,7 @@ def _row(r: dict) -> list[str]:
         decision += " !"
     return [
         str(r["round"]),
-        _time(r["time"]),
+        utc_time(r["time"]),
         str(r["guests"]),
         f"{r['imbalance']:.4f}",
         threshold,
@@ -187,7 +187,7 @@ def sparkline(values: Sequence[float], levels: str = SPARKS, width: int = SPARK_
 def _what_if_lines(review: dict) -> list[str]:
     what_if = review["what-if"]
     changed = [name for name in NAMES if what_if[name]["source"] == "--what-if"]
-    asked = ", ".join(f"{name}={_shown(what_if[name]['value'])}" for name in changed) or "the same settings"
+    asked = ", ".join(f"{name}={shown(what_if[name]['value'])}" for name in changed) or "the same settings"
     lines = [
         f"What-if {asked}, beside the settings above. Each round is judged on its own recorded state:",
         "a move the what-if would have made does not change the later recordings.",
@@ -195,7 +195,7 @@ def _what_if_lines(review: dict) -> list[str]:
     differing = [r for r in review["rounds"] if r["what-if"]["differs"]]
     if differing:
         rows = [("round", "settings", "what-if")]
-        rows += [(str(r["round"]), _outcome(r), _outcome({**r["what-if"], "moving": r["moving"]})) for r in differing]
+        rows += [(str(r["round"]), outcome(r), outcome({**r["what-if"], "moving": r["moving"]})) for r in differing]
         widths = [max(len(row[i]) for row in rows) for i in range(3)]
         lines += ["", *(f"{a:>{widths[0]}}  {b:<{widths[1]}}  {c}".rstrip() for a, b, c in rows)]
     summary = review["summary"]
@@ -207,7 +207,7 @@ def _what_if_lines(review: dict) -> list[str]:
     return lines
 
 
-def _outcome(d: dict) -> str:
+def outcome(d: dict) -> str:
     """A decision in a few words: the move made, or the gate that stopped it and by how much."""
     gate, best = d["decision"], d["best"]
     if gate == "moved":
