@@ -127,7 +127,8 @@ def chart(review: dict) -> str:
     for kind, value in thresholds:
         label = "threshold" if kind == "real" else "what-if threshold"
         parts.append(
-            f'<line class="threshold {kind}" x1="{LEFT}" y1="{y(value):.1f}" x2="{WIDTH - RIGHT}" y2="{y(value):.1f}">'
+            f'<line class="threshold {kind}" data-threshold="{value!r}" x1="{LEFT}" y1="{y(value):.1f}" '
+            f'x2="{WIDTH - RIGHT}" y2="{y(value):.1f}">'
             f"<title>{label} {value:g}</title></line>"
         )
     points = " ".join(f"{x(r['round']):.1f},{y(r['imbalance']):.1f}" for r in rounds)
