@@ -127,8 +127,9 @@ def settings_of(args: argparse.Namespace) -> tuple[Settings, list[str]]:
 
 
 def _progress(done: int, total: int) -> None:
-    end = "\n" if done == total else ""
-    print(f"\rcrs-bridge review: round {done} of {total}", end=end, file=sys.stderr, flush=True)
+    """A line on the terminal counting the rounds, cleared once all are done."""
+    text = f"\rcrs-bridge review: round {done} of {total}"
+    print(text + ("\r\033[K" if done == total else ""), end="", file=sys.stderr, flush=True)
 
 
 def _can_encode(stream: Any) -> bool:

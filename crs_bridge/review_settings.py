@@ -59,9 +59,10 @@ class Settings:
         default_factory=lambda: dict.fromkeys(NAMES, _HA_DEFAULT) | {"imbalance": _RECORDED}
     )
 
-    def changed(self, values: Mapping[str, object], source: str) -> Settings:
-        """These settings with ``values`` (checked, see :func:`checked`) replacing theirs, from ``source``."""
-        checked_values = {name: checked(name, value) for name, value in values.items()}
+    def changed(self, values: Mapping[str, object], source: str, typed: bool = True) -> Settings:
+        """These settings with ``values`` (checked, see :func:`checked`; ``typed``: by a person,
+        whose margin above 1 is a percentage meant as a fraction) replacing theirs, from ``source``."""
+        checked_values = {name: checked(name, value, typed) for name, value in values.items()}
         return replace(self, **checked_values, sources={**self.sources, **dict.fromkeys(values, source)})
 
     def value(self, name: str) -> object:
@@ -78,9 +79,10 @@ class Settings:
         return {name: {"value": self.value(name), "source": self.sources[name]} for name in NAMES}
 
 
-def checked(name: str, value: object) -> object:
-    """``value`` as setting ``name`` takes it: threshold and margin finite numbers >= 0 (margin at
-    most 1, a relative gain), hold a number >= 0, method and imbalance one of their words."""
+def checked(name: str, value: object, typed: bool = True) -> object:
+    """``value`` as setting ``name`` takes it: threshold and margin finite numbers >= 0 (a margin
+    ``typed`` at most 1: a relative gain; a file's is taken as HA takes it), hold a number >= 0,
+    method and imbalance one of their words."""
     if name in ("method", "imbalance"):
         allowed = METHODS if name == "method" else FORMULAS
         if value not in allowed:
@@ -89,7 +91,7 @@ def checked(name: str, value: object) -> object:
     if name not in ("threshold", "margin", "hold"):
         raise SettingsError(f"no setting {name!r} (settings: {', '.join(NAMES)})")
     number = _number(name, value)
-    if name == "margin" and number > 1:
+    if typed and name == "margin" and number > 1:
         raise SettingsError(
             f"margin {number:g} is above 1: a margin is a fraction here (did you mean {number / 100:g}?)"
         )
@@ -197,7 +199,7 @@ def from_datacenter_cfg(settings: Settings, path: str, text: str, version: str |
             value = fractions[name] / 100 if unit == "percent" else fractions[name]
             source += f" ({unit}, {why})"
         try:
-            settings = settings.changed({name: value}, source)
+            settings = settings.changed({name: value}, source, typed=False)
         except SettingsError as problem:
             raise SettingsError(f"{path}: {problem}") from None
     return settings, notes
