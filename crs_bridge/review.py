@@ -40,7 +40,7 @@ from typing import Any
 import orjson
 
 from .core.verdicts import MARGIN_NOT_REACHED, MIGRATE, NO_CANDIDATES, NO_IMPROVEMENT, THRESHOLD_REACHED
-from .replay import RECORD_KEY, load
+from .replay import RECORD_KEY
 from .review_settings import Settings
 
 #: The gates of a round, in HA's order, by the name a decision carries when that gate decided:
@@ -48,6 +48,7 @@ from .review_settings import Settings
 #: ``margin`` stopped the round; ``moved``: every gate passed and HA queued the move.
 GATES = ("motion", "threshold", "hold", "no-candidates", "margin", "moved")
 _FILE_NUMBER = re.compile(r"-(\d+)\.json$")
+MODES = ("static", "dynamic")
 
 
 class Skip(Exception):
@@ -60,8 +61,9 @@ class Skip(Exception):
 @dataclass(frozen=True)
 class Recording:
     """One round's recording: the file, when and by which process it was written, the scheduler
-    mode and formula, the mutations up to the point HA judged (``journal``), the recorded
-    balancing query (``candidates``, ``method``, its best move ``best``) if HA scored, and the
+    mode and formula, the mutations up to the point HA judged (``journal``, as JSON text: what
+    the engine reads, held as compactly as the file holds it), the recorded balancing query
+    (``candidates``, JSON text, ``method``, its best move ``best``) if HA scored, and the
     recorded imbalance answer (``imbalance``) if HA asked for one."""
 
     path: str
@@ -69,9 +71,9 @@ class Recording:
     pid: int
     mode: str
     formula: str
-    journal: list
+    journal: bytes
     nodes: frozenset[str]
-    candidates: list | None = None
+    candidates: bytes | None = None
     method: str | None = None
     best: dict | None = None
     imbalance: float | None = None
@@ -85,26 +87,29 @@ class Recording:
 def read_recording(path: str) -> Recording:
     """The round recorded in ``path``; :class:`Skip` saying why when it is none."""
     try:
-        cluster = load(path)
+        with open(path, "rb") as file:
+            cluster = orjson.loads(file.read())
     except OSError as problem:
         raise Skip(f"cannot read it ({problem.strerror or problem})") from None
-    except ValueError as problem:
-        raise Skip(_json_problem(path, problem)) from None
+    except orjson.JSONDecodeError as problem:
+        raise Skip(_json_problem(str(problem))) from None
+    record = cluster.get(RECORD_KEY) if isinstance(cluster, dict) else None
+    if not (
+        isinstance(record, dict) and isinstance(record.get("calls"), list) and isinstance(record.get("journal"), list)
+    ):
+        raise Skip(f"not a flight recorder file (no '{RECORD_KEY}' with 'calls' and 'journal')")
+    if record.get("mode") not in MODES:
+        raise Skip(f"not a flight recorder file ('{RECORD_KEY}' has no mode static or dynamic)")
     try:
         return _recording(path, cluster)
     except (KeyError, IndexError, TypeError, AttributeError, ValueError) as problem:
         raise Skip(f"a malformed recording ({problem!r})") from None
 
 
-def _json_problem(path: str, problem: ValueError) -> str:
-    text = str(problem)
+def _json_problem(text: str) -> str:
     if text.startswith("unexpected end of data") or "zero-length" in text:
         return f"truncated: the JSON ends early ({text}); a recorder interrupted, or a copy cut short"
-    if isinstance(problem, orjson.JSONDecodeError) or "JSON" in type(problem).__name__:
-        return f"not JSON ({text}): not a flight recorder file"
-    if isinstance(problem, UnicodeDecodeError):
-        return "not UTF-8 text: not a flight recorder file"
-    return text
+    return f"not JSON ({text}): not a flight recorder file"
 
 
 def _recording(path: str, cluster: dict) -> Recording:
@@ -124,7 +129,7 @@ def _recording(path: str, cluster: dict) -> Recording:
         pid=int(record.get("pid", 0)),
         mode=record["mode"],
         formula=record.get("imbalance", "raw"),
-        journal=judged,
+        journal=orjson.dumps(judged),
         nodes=_node_names(judged),
         imbalance=_result(imbalance_calls[-1]) if imbalance_calls else None,
     )
@@ -134,7 +139,7 @@ def _recording(path: str, cluster: dict) -> Recording:
     answer = _result(call)
     return replace(
         recording,
-        candidates=cluster["candidates"],
+        candidates=orjson.dumps(cluster["candidates"]),
         method="topsis" if call["method"].endswith("_topsis") else "bruteforce",
         best=answer[0] if answer else None,
     )
@@ -237,8 +242,13 @@ class _Engine:
 
         self.protocol = Protocol(State())
 
-    def ask(self, method: str, params: dict) -> Any:
-        request = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+    def ask(self, method: str, params: dict, raw: tuple[str, bytes] | None = None) -> Any:
+        """The result of ``method`` with ``params`` and, if given, ``raw``: a member (name, JSON
+        text) added to them as it is; :class:`Skip` with the server's message for an error."""
+        encoded = orjson.dumps(params)
+        if raw is not None:
+            encoded = encoded[:-1] + b"," + orjson.dumps(raw[0]) + b":" + raw[1] + b"}"
+        request = b'{"jsonrpc":"2.0","id":1,"method":' + orjson.dumps(method) + b',"params":' + encoded + b"}"
         response = orjson.loads(self.protocol.handle(request))
         self.protocol.release()
         if "error" in response:
@@ -250,7 +260,7 @@ class _Engine:
     def scheduler(self, recording: Recording, formula: str) -> str:
         handle = self.ask("scheduler.new", {"mode": recording.mode, "imbalance": formula})["scheduler"]
         try:
-            self.ask("scheduler.apply", {"scheduler": handle, "mutations": recording.journal})
+            self.ask("scheduler.apply", {"scheduler": handle}, ("mutations", recording.journal))
         except Skip:
             self.free(handle)
             raise
@@ -265,23 +275,27 @@ class _Engine:
             if res.target is not None
         ]
 
-    def guests_and_candidates(self, handle: str) -> tuple[int, list[dict]]:
-        """How many guests the scheduler holds, and the candidates derived from them: every guest
-        not on the move, alone, to every other node (node order)."""
+    def guests(self, handle: str) -> int:
+        return len(self.protocol.state.scheduler(handle).usage.resources())
+
+    def derived_candidates(self, handle: str) -> bytes:
+        """Candidates derived from the scheduler's guests: every guest not on the move, alone, to
+        every other node (node order)."""
         usage = self.protocol.state.scheduler(handle).usage
         nodes = usage.node_names()
-        resources = usage.resources()
-        candidates = [
-            {"leader": sid, "resources": [sid], "nodes": [n for n in nodes if n != res.current]}
-            for sid, res in resources.items()
-            if res.target is None and res.current in nodes
-        ]
-        return len(resources), candidates
+        return orjson.dumps(
+            [
+                {"leader": sid, "resources": [sid], "nodes": [n for n in nodes if n != res.current]}
+                for sid, res in usage.resources().items()
+                if res.target is None and res.current in nodes
+            ]
+        )
 
-    def explain(self, handle: str, candidates: list, settings: Settings, checks: bool = True) -> dict:
-        params = {"scheduler": handle, "candidates": candidates, "method": settings.method, "limit": 1}
-        params |= {"threshold": settings.threshold, "margin": settings.margin if checks else None}
-        return self.ask("explain_migrations", params)
+    def explain(self, handle: str, candidates: bytes, settings: Settings) -> dict:
+        """``explain_migrations``' answer for ``candidates`` (JSON text) with HA's checks of ``settings``."""
+        params = {"scheduler": handle, "method": settings.method, "limit": 1}
+        params |= {"threshold": settings.threshold, "margin": settings.margin}
+        return self.ask("explain_migrations", params, ("candidates", candidates))
 
     def free(self, handle: str) -> None:
         self.ask("scheduler.free", {"scheduler": handle})
@@ -509,15 +523,13 @@ class _Judge:
     def formula(self, recording: Recording) -> str:
         return self.settings.imbalance or recording.formula
 
-    def judge(
-        self, handle: str, recording: Recording, moving: list[dict], derived: list[dict]
-    ) -> tuple[Decision, list]:
+    def judge(self, handle: str, recording: Recording, moving: list[dict]) -> tuple[Decision, list]:
         """The round's decision, and every node's load (as ``explain_migrations`` gives them)."""
-        current = self.engine.explain(handle, [], self.settings)
+        current = self.engine.explain(handle, b"[]", self.settings)
 
         def score() -> tuple[dict, str]:
             recorded = recording.candidates is not None
-            candidates = recording.candidates if recorded else derived
+            candidates = recording.candidates if recorded else self.engine.derived_candidates(handle)
             return self.engine.explain(handle, candidates, self.settings), "recorded" if recorded else "derived"
 
         decision = decide(self.settings, self.counter, current, moving, score)
@@ -556,8 +568,8 @@ def _round(engine: _Engine, judges: list[_Judge], recording: Recording, number: 
             formula = judge.formula(recording)
             if formula not in handles:
                 handles[formula] = engine.scheduler(recording, formula)
-            guests, derived = engine.guests_and_candidates(handles[formula])
-            judged.append(judge.judge(handles[formula], recording, engine.moving(handles[formula]), derived))
+            judged.append(judge.judge(handles[formula], recording, engine.moving(handles[formula])))
+            guests = engine.guests(handles[formula])
     finally:
         for handle in handles.values():
             engine.free(handle)
