@@ -217,7 +217,8 @@ def _bars(r: dict, chosen: bool) -> str:
             f"<title>{escape(n['node'])}: {detail}</title></rect>"
             f'<text x="{BAR_LEFT + BAR_WIDTH + 8}" y="{y + 14}">{escape(detail)}</text>'
         )
-    title = f"Round {r['round']} ({utc_time(r['time'], True)} UTC): imbalance {r['imbalance']:.4f}; {r['message']}"
+    when = utc_time(r["time"], True)
+    title = f"Round {r['round']} ({when} UTC), imbalance {r['imbalance']:.4f}: {outcome(r)}"
     return (
         f'<div class="bars{" chosen" if chosen else ""}" id="round-{r["round"]}"><p>{escape(title)}</p>'
         f'<svg viewBox="0 0 {BAR_LEFT + BAR_WIDTH + 240} {height}" width="100%" xmlns="http://www.w3.org/2000/svg">'
