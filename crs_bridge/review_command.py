@@ -17,7 +17,8 @@ import sys
 from typing import Any
 
 from . import review_settings as rs
-from .review import read_rounds, review
+from .review import review
+from .review_records import read_rounds
 from .review_settings import Settings, SettingsError
 
 EXIT_OK, EXIT_SKIPPED, EXIT_USAGE = 0, 1, 2
