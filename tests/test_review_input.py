@@ -170,3 +170,25 @@ def test_progress_goes_to_a_terminal_only(records):
     rounds = len(files(records))
     assert f"round {rounds} of {rounds}".encode() in seen
     assert b"round 1 of" not in done.stdout
+
+
+def test_a_what_if_of_the_imbalance_formula(records):
+    done = review(str(records), "--hold", "2", "--what-if", "imbalance=normalized", "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["what-if"]["imbalance"] == {"value": "normalized", "source": "--what-if"}
+    for r in result["rounds"]:
+        # normalized = raw / sqrt(n - 1), here 4 nodes
+        assert r["what-if"]["imbalance"] == pytest.approx(r["imbalance"] / 3**0.5, rel=1e-12)
+    assert sum(r["what-if"]["decision"] == "threshold" for r in result["rounds"]) > sum(
+        r["decision"] == "threshold" for r in result["rounds"]
+    )
+
+
+def test_the_page_shows_the_chosen_round_first(records, tmp_path):
+    page = tmp_path / "review.html"
+    done = review(str(records), "--html", str(page), "--round", "11")
+    assert done.returncode == 0, done.stderr
+    html = page.read_text()
+    assert html.count('class="bars chosen"') == 1 and '<div class="bars chosen" id="round-11">' in html
+    assert "<script" not in html and "http://" not in html.replace("http://www.w3.org/2000/svg", "")
