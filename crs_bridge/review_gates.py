@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .core.verdicts import MARGIN_NOT_REACHED, MIGRATE, NO_CANDIDATES, NO_IMPROVEMENT, THRESHOLD_REACHED
+from .core.verdicts import MIGRATE, NO_CANDIDATES, NO_IMPROVEMENT, THRESHOLD_REACHED
 from .review_settings import Settings
 
 #: The gates of a round, in HA's order, by the name a decision carries when that gate decided:
@@ -117,7 +117,7 @@ def _stopped_by_margin(explanation: dict, margin: float) -> bool:
     reason = explanation["reason"]
     if reason == NO_IMPROVEMENT:
         return not explanation["relative-improvement"] >= margin
-    return reason == MARGIN_NOT_REACHED or reason != MIGRATE
+    return reason != MIGRATE  # MARGIN_NOT_REACHED
 
 
 def _best(explanation: dict) -> dict:
