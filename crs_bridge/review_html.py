@@ -229,7 +229,8 @@ def _bars(r: dict, chosen: bool) -> str:
 
 def _round_table(review: dict) -> str:
     what_if = review["what-if"] is not None
-    head = ["round", "time (UTC)", "guests", "imbalance", "decision"] + (["what-if"] if what_if else [])
+    head = ["round", "time (UTC)", "mode", "nodes", "guests", "imbalance", "decision"]
+    head += ["what-if"] if what_if else []
     rows = ["<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
     for r in review["rounds"]:
         rows.append(_table_row(r, what_if))
@@ -244,6 +245,8 @@ def _table_row(r: dict, what_if: bool) -> str:
     cells: Sequence[tuple[str, str]] = [
         ("num", f'<a href="#round-{r["round"]}">{r["round"]}</a>'),
         ("time", escape(utc_time(r["time"], True))),
+        ("", r["mode"]),
+        ("num", str(r["nodes"])),
         ("num", str(r["guests"])),
         ("num", f"{r['imbalance']:.4f}"),
         (

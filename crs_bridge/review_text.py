@@ -31,6 +31,8 @@ _DECISION_WORDS = {
 _COLUMNS = (
     "round",
     "time (UTC)",
+    "mode",
+    "nodes",
     "guests",
     "imbalance",
     "threshold",
@@ -92,7 +94,7 @@ def shown(value: object) -> str:
 def _table(rounds: Sequence[dict]) -> list[str]:
     rows = [_row(r) for r in rounds]
     widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(_COLUMNS)]
-    right = {0, 2, 3}
+    right = {0, 3, 4, 5}
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(
@@ -124,6 +126,8 @@ def _row(r: dict) -> list[str]:
     return [
         str(r["round"]),
         utc_time(r["time"]),
+        r["mode"],
+        str(r["nodes"]),
         str(r["guests"]),
         f"{r['imbalance']:.4f}",
         threshold,
