@@ -195,7 +195,7 @@ def _legend(what_if: bool) -> list[str]:
         else:
             parts.append(f'<path class="{css}" d="M{x + 9},{TOP - 4} l-6,-10 h12 z"/>')
         parts.append(f'<text x="{x + 24}" y="{TOP - 6}">{label}</text>')
-        x += 40 + 7 * len(label)
+        x += 56 + 7 * len(label)
     return parts
 
 
