@@ -39,14 +39,12 @@ class _Engine:
 
         self.protocol = Protocol(State())
 
-    def ask(self, method: str, params: dict, raw: tuple[str, bytes] | None = None) -> Any:
-        """The result of ``method`` with ``params`` and, if given, ``raw``: a member (name, JSON
-        text) added to them as it is; :class:`Skip` with the server's message for an error."""
-        encoded = orjson.dumps(params)
-        if raw is not None:
-            encoded = encoded[:-1] + b"," + orjson.dumps(raw[0]) + b":" + raw[1] + b"}"
-        request = b'{"jsonrpc":"2.0","id":1,"method":' + orjson.dumps(method) + b',"params":' + encoded + b"}"
-        response = orjson.loads(self.protocol.handle(request))
+    def ask(self, method: str, params: dict) -> Any:
+        """The result of ``method`` with ``params`` (recorded JSON text in them as
+        ``orjson.Fragment``, written as it was read); :class:`Skip` with the server's message for
+        an error."""
+        request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+        response = orjson.loads(self.protocol.handle(orjson.dumps(request)))
         self.protocol.release()
         if "error" in response:
             error = response["error"]
@@ -55,48 +53,59 @@ class _Engine:
         return response["result"]
 
     def scheduler(self, recording: Recording, formula: str) -> str:
+        """A new scheduler of ``recording``'s mode and ``formula`` with its journal applied: its handle."""
         handle = self.ask("scheduler.new", {"mode": recording.mode, "imbalance": formula})["scheduler"]
         try:
-            self.ask("scheduler.apply", {"scheduler": handle}, ("mutations", recording.journal))
+            self.ask("scheduler.apply", {"scheduler": handle, "mutations": orjson.Fragment(recording.journal)})
         except Skip:
             self.free(handle)
             raise
         return handle
 
-    def moving(self, handle: str) -> list[dict]:
-        """The guests on the move in the scheduler behind ``handle``: {sid, source, target}."""
-        resources = self.protocol.state.scheduler(handle).usage.resources()
-        return [
-            {"sid": sid, "source": res.current, "target": res.target}
-            for sid, res in resources.items()
-            if res.target is not None
-        ]
-
-    def guests(self, handle: str) -> int:
-        return len(self.protocol.state.scheduler(handle).usage.resources())
-
-    def derived_candidates(self, handle: str) -> bytes:
-        """Candidates derived from the scheduler's guests: every guest not on the move, alone, to
-        every other node (node order)."""
+    def placement(self, handle: str) -> Placement:
+        """The nodes and guests of the scheduler behind ``handle``. The one read of a scheduler's
+        state past the protocol: no method answers where each guest is, and the review needs it
+        (guests on the move, candidates where HA did not score)."""
         usage = self.protocol.state.scheduler(handle).usage
-        nodes = usage.node_names()
-        return orjson.dumps(
-            [
-                {"leader": sid, "resources": [sid], "nodes": [n for n in nodes if n != res.current]}
-                for sid, res in usage.resources().items()
-                if res.target is None and res.current in nodes
-            ]
-        )
+        return Placement(usage.node_names(), {sid: (r.current, r.target) for sid, r in usage.resources().items()})
 
     def explain(self, handle: str, candidates: bytes, settings: Settings) -> dict:
         """``explain_migrations``' answer for ``candidates`` (JSON text) with HA's checks of ``settings``."""
         params = {"scheduler": handle, "method": settings.method, "limit": 1}
         params |= {"threshold": settings.threshold, "margin": settings.margin}
-        return self.ask("explain_migrations", params, ("candidates", candidates))
+        return self.ask("explain_migrations", params | {"candidates": orjson.Fragment(candidates)})
 
     def free(self, handle: str) -> None:
+        """Free the scheduler behind ``handle``, and its memory now (the server does that before it
+        waits for input; this one never waits)."""
         self.ask("scheduler.free", {"scheduler": handle})
         self.protocol.state.drop_freed()
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A scheduler's node names (its order) and guests: sid -> (current node, target node or None)."""
+
+    nodes: list[str]
+    guests: dict[str, tuple[str, str | None]]
+
+    def moving(self) -> list[dict]:
+        """The guests on the move: {sid, source, target}."""
+        return [
+            {"sid": sid, "source": current, "target": target}
+            for sid, (current, target) in self.guests.items()
+            if target is not None
+        ]
+
+    def derived_candidates(self) -> bytes:
+        """Candidates (JSON text): every guest not on the move, alone, to every other node (node order)."""
+        return orjson.dumps(
+            [
+                {"leader": sid, "resources": [sid], "nodes": [n for n in self.nodes if n != current]}
+                for sid, (current, target) in self.guests.items()
+                if target is None and current in self.nodes
+            ]
+        )
 
 
 # -- the review -----------------------------------------------------------------------------
@@ -205,16 +214,16 @@ class _Judge:
     def formula(self, recording: Recording) -> str:
         return self.settings.imbalance or recording.formula
 
-    def judge(self, handle: str, recording: Recording, moving: list[dict]) -> tuple[Decision, list]:
+    def judge(self, handle: str, recording: Recording, placement: Placement) -> tuple[Decision, list]:
         """The round's decision, and every node's load (as ``explain_migrations`` gives them)."""
         current = self.engine.explain(handle, b"[]", self.settings)
 
         def score() -> tuple[dict, str]:
             recorded = recording.candidates is not None
-            candidates = recording.candidates if recorded else self.engine.derived_candidates(handle)
+            candidates = recording.candidates if recorded else placement.derived_candidates()
             return self.engine.explain(handle, candidates, self.settings), "recorded" if recorded else "derived"
 
-        decision = decide(self.settings, self.counter, current, moving, score)
+        decision = decide(self.settings, self.counter, current, placement.moving(), score)
         self.counter = decision.counter
         return decision, current["current"]["nodes"]
 
@@ -245,19 +254,19 @@ def review(
 def _round(engine: _Engine, judges: list[_Judge], recording: Recording, number: int) -> RoundReview:
     handles: dict[str, str] = {}
     try:
-        judged = []
         for judge in judges:
             formula = judge.formula(recording)
             if formula not in handles:
                 handles[formula] = engine.scheduler(recording, formula)
-            judged.append(judge.judge(handles[formula], recording, engine.moving(handles[formula])))
-            guests = engine.guests(handles[formula])
+        # One journal places the guests alike under any formula.
+        placement = engine.placement(next(iter(handles.values())))
+        judged = [judge.judge(handles[judge.formula(recording)], recording, placement) for judge in judges]
     finally:
         for handle in handles.values():
             engine.free(handle)
     (real, loads), what_if = judged[0], (judged[1][0] if len(judged) > 1 else None)
     notes = _contradictions(recording, real, judges[0])
-    return RoundReview(number, recording, guests, loads, real, what_if, notes)
+    return RoundReview(number, recording, len(placement.guests), loads, real, what_if, notes)
 
 
 def _contradictions(recording: Recording, real: Decision, judge: _Judge) -> list[str]:
