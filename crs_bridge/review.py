@@ -72,9 +72,15 @@ class _Engine:
 
     def explain(self, handle: str, candidates: bytes, settings: Settings) -> dict:
         """``explain_migrations``' answer for ``candidates`` (JSON text) with HA's checks of ``settings``."""
-        params = {"scheduler": handle, "method": settings.method, "limit": 1}
-        params |= {"threshold": settings.threshold, "margin": settings.margin}
-        return self.ask("explain_migrations", params | {"candidates": orjson.Fragment(candidates)})
+        params = {
+            "scheduler": handle,
+            "candidates": orjson.Fragment(candidates),
+            "method": settings.method,
+            "limit": 1,
+            "threshold": settings.threshold,
+            "margin": settings.margin,
+        }
+        return self.ask("explain_migrations", params)
 
     def free(self, handle: str) -> None:
         """Free the scheduler behind ``handle``, and its memory now (the server does that before it
