@@ -37,11 +37,15 @@ sub cpu_seconds {
 my $usage = PVE::RS::ResourceScheduling::Dynamic->new();
 $usage->add_node("n$_", { maxcpu => 16, maxmem => 1 << 36, cpu => 1, mem => 1 << 30 }) for 1 .. 3;
 $usage->calculate_node_imbalance;
+# The object as the connection's query takes it: its remote (trees before the client's split:
+# the object's state), and a fresh memo (before: none).
 my ($conn, $st) = (CRSBridge::Connection->instance, $usage->{_crs});
+$st = $st->{remote} if $st->{remote};
+my $forget = $INC{'CRSBridge/Memo.pm'} ? sub { $conn->{memo} = CRSBridge::Memo->new } : sub { delete $conn->{memo} };
 my @took;
 my $cpu = cpu_seconds();
 for (1 .. $trips) {
-    delete $conn->{memo};
+    $forget->();
     my $start = clock_gettime(CLOCK_MONOTONIC);
     $conn->query($st, 'scheduler.calculate_node_imbalance', '');
     push @took, clock_gettime(CLOCK_MONOTONIC) - $start;

@@ -26,6 +26,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_e2e import Cluster, score_request  # noqa: E402
+
 from crs_bridge.bridge import models  # noqa: E402
 from crs_bridge.bridge.wire import ParamsDecoder  # noqa: E402
 from crs_bridge.core import new_scheduler  # noqa: E402

@@ -27,6 +27,7 @@ from .scheduler import (
     scored_migrations,
     scored_rows,
     topsis_criteria,
+    topsis_rows,
 )
 from .topsis import WEIGHTS, TopsisSolution, topsis_solve
 from .usage import NodeView
@@ -187,9 +188,13 @@ def explain_batch(
         raise InvalidInputError("limit", "must be at least 1 to explain a choice")
     threshold, margin = check_fraction("threshold", threshold), check_fraction("margin", margin)
     current = cluster_load(batch.view, formula)
-    rows, imbalances = scored_rows(batch, limit + 1, method, formula)
+    topsis = _topsis_scoring(batch) if method == "topsis" and len(batch) else None
+    if topsis is None:
+        rows, imbalances = scored_rows(batch, limit + 1, method, formula)
+    else:  # the scorer's ranking on the scoring the details show, not a second scoring
+        rows, imbalances = topsis_rows(topsis.what_if, topsis.solution.scores, limit + 1, formula)
     scored = scored_migrations(batch, rows, imbalances)
-    details, ideal = _details(batch, rows.tolist(), scored, current, method)
+    details, ideal = _details(batch, rows.tolist(), scored, current, topsis)
     best = None
     if scored:
         best = scored[0].imbalance if method == "bruteforce" else score_bruteforce(batch, 1, formula)[0].imbalance
@@ -257,15 +262,38 @@ def _message(
     return f"Migrate {move}: it {change}."
 
 
+@dataclass(frozen=True, slots=True)
+class _TopsisScoring:
+    """A batch's TOPSIS scoring with its intermediates: the what-ifs, the criteria (rows x 4) and
+    the solution, computed once for both the ranking and the details."""
+
+    what_if: WhatIf
+    criteria: np.ndarray
+    solution: TopsisSolution
+
+
+def _topsis_scoring(batch: CandidateBatch) -> _TopsisScoring:
+    """The TOPSIS scoring of ``batch`` (at least one candidate), as :func:`core.scheduler.score_topsis` does it."""
+    w = what_if(batch)
+    criteria = topsis_criteria(w)
+    return _TopsisScoring(w, criteria, topsis_solve(criteria))
+
+
 def _details(
-    batch: CandidateBatch, rows: list[int], scored: list[ScoredMigration], current: ClusterLoad, method: Method
+    batch: CandidateBatch,
+    rows: list[int],
+    scored: list[ScoredMigration],
+    current: ClusterLoad,
+    topsis: _TopsisScoring | None,
 ) -> tuple[list[MigrationDetail], TopsisIdeal | None]:
-    """The detail of each scored migration; ``rows``: the batch row the scorer ranked for each."""
+    """The detail of each scored migration; ``rows``: the batch row the scorer ranked for each;
+    ``topsis``: the scoring behind them under TOPSIS, None under bruteforce."""
     if not scored:
         return [], None
-    w = what_if(batch)
-    criteria = topsis_criteria(w) if method == "topsis" else None
-    solution = topsis_solve(criteria) if criteria is not None else None
+    if topsis is None:
+        w, criteria, solution = what_if(batch), None, None
+    else:
+        w, criteria, solution = topsis.what_if, topsis.criteria, topsis.solution
     details = [_detail(w, row, s, current, criteria, solution) for row, s in zip(rows, scored)]
     ideal = None
     if solution is not None:

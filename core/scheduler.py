@@ -215,7 +215,14 @@ def _topsis_rows(batch: CandidateBatch, limit: int, formula: Formula) -> tuple[n
     if k == 0:
         return _NO_ROWS
     w = what_if(batch)
-    rows = _best_first(topsis_scores(topsis_criteria(w)), k)
+    return topsis_rows(w, topsis_scores(topsis_criteria(w)), k, formula)
+
+
+def topsis_rows(w: WhatIf, scores: np.ndarray, limit: int, formula: Formula) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`score_topsis`'s rows and truncated imbalances from the what-ifs ``w`` of a batch of at
+    least one candidate and their TOPSIS ``scores`` (for a caller that keeps the scoring's
+    intermediates); ``limit`` >= 1, beyond the count gives all."""
+    rows = _best_first(scores, min(limit, len(w.batch)))
     return rows, exact_imbalances(w, rows, formula)
 
 

@@ -28,6 +28,9 @@
 ``crs-bridge replay FILE``
     Re-run a flight recorder file on a fresh server, checking every answer bit for bit
     (:mod:`crs_bridge.replay`).
+``crs-bridge review DIR [--what-if K=V,...] [--html FILE] [--json] [...]``
+    What HA decided in each round a flight recorder directory holds, and what other settings would
+    have (:mod:`crs_bridge.review_command`).
 """
 
 from __future__ import annotations
@@ -116,6 +119,9 @@ def _parser() -> argparse.ArgumentParser:
     from .replay import add_replay_command
 
     add_replay_command(commands)
+    from .review_command import add_review_command
+
+    add_review_command(commands)
     doctor.add_parser(commands)
     return parser
 

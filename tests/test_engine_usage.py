@@ -10,6 +10,7 @@ import math
 import struct
 
 import pytest
+
 from crs_bridge.core import (
     CompactCandidate,
     DynamicScheduler,
@@ -23,7 +24,6 @@ from crs_bridge.core import (
 from crs_bridge.core.candidates import Migration, MigrationCandidate
 from crs_bridge.core.limits import MAX_BYTES, MAX_CORES
 from crs_bridge.core.usage import Aggregation, Resource
-
 from tests import reference as ref
 
 GiB = 1 << 30

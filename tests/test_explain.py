@@ -12,6 +12,9 @@ import math
 from dataclasses import dataclass, field
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from crs_bridge.bridge.results import Explanation
 from crs_bridge.bridge.wire import as_wire
 from crs_bridge.core import CompactCandidate, InvalidInputError
@@ -20,9 +23,6 @@ from crs_bridge.core.imbalance import truncate
 from crs_bridge.core.modes import DynamicScheduler, StaticScheduler
 from crs_bridge.core.stats import NodeStats, ResourceStats
 from crs_bridge.core.verdicts import MARGIN_NOT_REACHED, MIGRATE, NO_CANDIDATES, NO_IMPROVEMENT, THRESHOLD_REACHED
-from hypothesis import given
-from hypothesis import strategies as st
-
 from tests import reference as ref
 
 GiB, MiB = 1024**3, 1024**2

@@ -12,6 +12,9 @@ import json
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from crs_bridge.bridge.results import RebalancePlan
 from crs_bridge.bridge.wire import as_wire
 from crs_bridge.core import CompactCandidate, InvalidInputError, Migration, MigrationCandidate
@@ -27,9 +30,6 @@ from crs_bridge.core.verdicts import (
     STOP_REASONS,
     THRESHOLD_REACHED,
 )
-from hypothesis import given
-from hypothesis import strategies as st
-
 from tests.test_explain import HOMOGENEOUS, VM101_CANDIDATES, Cluster, GiB, clusters, figure_cluster, two_bundles_of_vm1
 
 # -- replaying a plan by hand ----------------------------------------------------------------

@@ -17,6 +17,11 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import annotated_types as at
 import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import AfterValidator, BaseModel
+from pydantic.fields import FieldInfo
+
 from crs_bridge.bridge import records as rec
 from crs_bridge.bridge.errors import ParamsError
 from crs_bridge.bridge.limits import ServerLimits
@@ -26,10 +31,6 @@ from crs_bridge.bridge.schedulers import State
 from crs_bridge.bridge.stateless import METHODS
 from crs_bridge.bridge.structs import struct_of
 from crs_bridge.bridge.wire import candidate_counts
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from pydantic import AfterValidator, BaseModel
-from pydantic.fields import FieldInfo
 
 NAMES = st.sampled_from(["A", "B", "C", "vm:1", "vm:2", "node-0"])
 #: What a value may be changed into: another type, an empty name, numbers at and beyond the

@@ -14,6 +14,7 @@ use List::Util qw(min sum);
 use POSIX ();
 use Test::More;
 use CRSBridgeTest;
+use CRSBridge::Batching;
 use CRSBridge::Connection;
 use CRSBridge::Process;
 use PVE::RS::ResourceScheduling::Static;
@@ -47,7 +48,7 @@ sub service {
 
 my $usage = PVE::RS::ResourceScheduling::Static->new();
 ($messages, $requests) = (0, 0);
-my $first = CRSBridge::Connection::FIRST_CHUNK;
+my $first = CRSBridge::Batching::FIRST_CHUNK;
 $usage->add_node("node$_", 16, 64 * GiB) for 1 .. 4;
 $usage->add_service("vm:$_", service('node' . (1 + $_ % 4))) for 1 .. $first - 5;
 is($messages, 0, ($first - 1) . ' mutations: nothing sent yet');
@@ -85,7 +86,7 @@ $usage->remove_node('node1');
 is_deeply(server_call($usage, 'list_nodes'), $usage->list_nodes, 'server and client agree after remove_node');
 
 subtest 'the buffer is sent at FIRST_CHUNK mutations after a call, then at twice as many, up to CHUNK, over all objects' => sub {
-    my ($first, $chunk) = (CRSBridge::Connection::FIRST_CHUNK, CRSBridge::Connection::CHUNK);
+    my ($first, $chunk) = (CRSBridge::Batching::FIRST_CHUNK, CRSBridge::Batching::CHUNK);
     my ($one, $two) = map { PVE::RS::ResourceScheduling::Static->new() } 1 .. 2;
     $_->add_node('n1', 16, 64 * GiB) for $one, $two;
     $one->calculate_node_imbalance;    # nothing left buffered
@@ -113,8 +114,8 @@ subtest 'the buffer is sent at FIRST_CHUNK mutations after a call, then at twice
 };
 
 subtest 'a run as long as the last one goes in shrinking chunks, and little with the query' => sub {
-    my ($first, $chunk, $tail, $share) = (CRSBridge::Connection::FIRST_CHUNK, CRSBridge::Connection::CHUNK,
-        CRSBridge::Connection::TAIL_CHUNK, CRSBridge::Connection::TAIL_SHARE);
+    my ($first, $chunk, $tail, $share) = (CRSBridge::Batching::FIRST_CHUNK, CRSBridge::Batching::CHUNK,
+        CRSBridge::Batching::TAIL_CHUNK, CRSBridge::Batching::TAIL_SHARE);
     my $rounds = 0;
     # An HA round of $guests adds (and its node), its imbalance and another call with nothing
     # journaled in between (the round's scores): the mutations of each batch it sent.
@@ -187,7 +188,8 @@ subtest 'a buffered mutation the server refuses after all (a safety net)' => sub
     $fine->add_node('a', 4, GiB);
     $broken->add_node('a', 4, GiB);
     # Bypass the client's checks: something the server will refuse.
-    CRSBridge::Connection->instance->mutate($broken->{_crs}, 'add_node', '"b",0,1');
+    $broken->{_crs}{mirror}->add_node('b', undef, '["add_node","b",0,1]');
+    CRSBridge::Connection::journaled();
     my $error = error_of { $broken->calculate_node_imbalance };
     like($error, qr/^crs-bridge: the server refused a buffered add_node of this scheduler object \(Invalid params: maxcpu: .*\); the object is unusable, create a new one\n\z/,
         'the next query says what happened');
@@ -220,7 +222,7 @@ subtest "an object whose deferred creation the server refuses is unusable, with 
     my $first = PVE::RS::ResourceScheduling::Static->new();
     # Take the handle the next object will choose (c and its id), so that its creation fails.
     CRSBridge::Connection->instance->call(undef, 'scheduler.new',
-        '{"mode":"static","scheduler":"c' . ($first->{_crs}{id} + 1) . '"}');
+        '{"mode":"static","scheduler":"c' . ($first->{_crs}{remote}->id + 1) . '"}');
     my $next = PVE::RS::ResourceScheduling::Static->new();
     $next->add_node('a', 4, GiB);
     my $error = error_of { $next->calculate_node_imbalance };

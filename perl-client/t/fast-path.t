@@ -1,9 +1,8 @@
 #!/usr/bin/perl
-# The adds' common case is decoded and rendered by a fast path written out for speed
-# (CRSBridge::Scheduler::_resource_adder; a dynamic node's stats: CRSBridge::Records::
-# node_stats_param); it must journal exactly what the exact decoders (CRSBridge::Records::
-# resource_param, dynamic_node_stats) journal for the same values, and leave everything else
-# to them, so that their error texts stay the only ones.
+# The adds' common case is recognised and rendered directly by CRSBridge::Records (a resource:
+# in resource_args; a dynamic node's stats: node_stats_param); it must journal exactly what the
+# exact decoders (CRSBridge::Records::resource, dynamic_node_stats) journal for the same values,
+# and leave everything else to them, so that their error texts stay the only ones.
 
 use strict;
 use warnings;
@@ -22,14 +21,12 @@ use PVE::RS::ResourceScheduling::Dynamic;
 my $exact = 0;
 {
     no warnings 'redefine';
-    my $resource_param = \&CRSBridge::Records::resource_param;
-    *CRSBridge::Records::resource_param = sub { $exact++; goto &$resource_param };
-    *CRSBridge::Scheduler::resource_param = \&CRSBridge::Records::resource_param;
+    my $resource = \&CRSBridge::Records::resource;
+    *CRSBridge::Records::resource = sub { $exact++; goto &$resource };
 }
 
-# The object's journal (any method, CRSBridge::Scheduler::_state first, hands the adds collected
-# so far to it).
-sub journal { return [ @{ CRSBridge::Connection::journal_entries(CRSBridge::Scheduler::_state($_[0])) } ] }
+# The object's journal.
+sub journal { return [ @{ CRSBridge::Scheduler::_state($_[0])->{mirror}->journal } ] }
 
 my @nodes = ('n1', 'n2', "n\x{fc}3");    # a name above ASCII needs no escape in JSON
 
@@ -216,10 +213,8 @@ subtest 'anything else takes the exact path, with its error texts' => sub {
         'the server has what the client accepted');
 };
 
-# Node adds are collected in the adds' batch (CRSBridge::Scheduler::_add_node); with no batch
-# (_open_adds refused) each takes the exact path, a journaled mutation of its own. The two must
-# leave the same journal, mirror and server, resources added in between included.
-subtest 'node adds: the batch journals and records what the exact path does' => sub {
+# Node adds and resource adds in between: journaled in order, listed in order, and the server agrees.
+subtest 'node adds: journaled and listed in their order' => sub {
     my @steps = (
         [ add_node => 'n1' ], [ add_resource => 'vm:1', 'n1' ], [ add_node => "n\x{fc}2" ],
         [ add_resource => 'vm:2', "n\x{fc}2", 'n1' ], [ add_node => 'n"3' ], [ add_resource => 'vm:3', 'n"3' ],
@@ -231,33 +226,21 @@ subtest 'node adds: the batch journals and records what the exact path does' => 
         my $add = $mode eq 'static' ? 'add_service' : 'add_resource';
         my $resource_stats = $mode eq 'static' ? { maxcpu => 1.5, maxmem => GiB }
             : { cpu => 0.25, maxcpu => 1.5, mem => GiB / 2, maxmem => GiB };
-        my $build = sub {
-            my $usage = $class->new();
-            for my $step (@steps) {
-                my ($op, $name, @placement) = @$step;
-                if ($op eq 'add_node') {
-                    $usage->add_node($name, map { ref $_ ? {%$_} : $_ } @{ $stats{$mode} });
-                } else {
-                    $usage->$add($name, { stats => {%$resource_stats}, running => 1, 'current-node' => $placement[0],
-                        defined $placement[1] ? ('target-node' => $placement[1]) : () });
-                }
+        my $usage = $class->new();
+        for my $step (@steps) {
+            my ($op, $name, @placement) = @$step;
+            if ($op eq 'add_node') {
+                $usage->add_node($name, map { ref $_ ? {%$_} : $_ } @{ $stats{$mode} });
+            } else {
+                $usage->$add($name, { stats => {%$resource_stats}, running => 1, 'current-node' => $placement[0],
+                    defined $placement[1] ? ('target-node' => $placement[1]) : () });
             }
-            return $usage;
-        };
-        my $mutations = 0;
-        no warnings 'redefine';
-        my $mutate = \&CRSBridge::Scheduler::_mutate;
-        local *CRSBridge::Scheduler::_mutate = sub { $mutations++ if $_[1] eq 'add_node'; goto &$mutate };
-        my $batched = $build->();
-        my $exact = do {
-            local *CRSBridge::Scheduler::_open_adds = sub {0};
-            $build->();
-        };
-        is($mutations, 4, "$mode: without a batch each node add took the exact path, with one none did");
-        is_deeply(journal($batched), journal($exact), "$mode: the same journal entries");
-        is_deeply($batched->list_nodes, [ "n1", "n\x{fc}2", 'n"3', 'n4' ], "$mode: the nodes in their order");
-        is_deeply($batched->list_nodes, $exact->list_nodes, '... as the exact path has them');
-        is($batched->calculate_node_imbalance, $exact->calculate_node_imbalance, '... and the server agrees');
+        }
+        is_deeply([ map { /^\["(\w+)",("(?:[^"\\]|\\.)*")/ ? [ $1, $2 ] : $_ } @{ journal($usage) } ],
+            [ map { [ $_->[0] eq 'add_node' ? 'add_node' : $add, CRSBridge::Codec::json_str($_->[1]) ] } @steps ],
+            "$mode: every add journaled, in order");
+        is_deeply($usage->list_nodes, [ "n1", "n\x{fc}2", 'n"3', 'n4' ], "$mode: the nodes in their order");
+        is_deeply(server_call($usage, 'list_nodes'), $usage->list_nodes, '... as the server has them');
     }
 };
 
@@ -344,6 +327,26 @@ subtest "candidates: the written-out rendering is the exact decoder's" => sub {
     my $surrogate_first = [ @$surrogate, $odd[1] ];
     is(error_of { CRSBridge::Records::candidates_param($surrogate_first) }, error_of { $exact->($surrogate_first) },
         '... before an invalid candidate after it, as in the exact decoder');
+};
+
+subtest 'names that are not plain, in any of the three places: the exact path' => sub {
+    # The plain path judges the three names' characters together: each place must still count.
+    my @odd = ('n"q', "n\tt", "n\x{263a}");
+    for my $odd (@odd) {
+        for my $place (qw(sid current target)) {
+            my $usage = static_cluster();
+            $usage->add_node($odd, 64, 1024 * GiB);
+            my %service = (stats => { maxcpu => 1, maxmem => GiB }, running => 1, 'current-node' => 'n1');
+            my $sid = $place eq 'sid' ? $odd : 'vm:1';
+            $service{'current-node'} = $odd if $place eq 'current';
+            $service{'target-node'} = $odd if $place eq 'target';
+            $exact = 0;
+            is(error_of { $usage->add_service($sid, \%service) }, '', "$place " . quotemeta($odd) . ': added');
+            is($exact, 1, '... decoded exactly');
+            my $json = CRSBridge::Codec::json_str($odd);
+            like(journal($usage)->[-1], qr/\Q$json\E/, '... and journaled with the name as JSON writes it');
+        }
+    }
 };
 
 sub static_cluster_with {

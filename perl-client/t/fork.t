@@ -71,7 +71,7 @@ is_deeply(server_call($dropped_in_child, 'list_nodes'), [qw(a b c)], '... and is
 # A child whose first calls are adds, enough for parts of them to be sent: the journal does not
 # look at the process id per entry, the sending does, so they go to the child's own server.
 my $imbalance = $usage->calculate_node_imbalance;
-my $adds = 3 * CRSBridge::Connection::CHUNK;
+my $adds = 3 * CRSBridge::Batching::CHUNK;
 pipe($reader, $writer) or die "pipe: $!";
 $child = fork() // die "fork: $!";
 if (!$child) {

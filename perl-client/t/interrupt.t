@@ -111,7 +111,7 @@ subtest 'cut short while thousands of mutations are being sent' => sub {
     is($error, "got timeout\n", 'interrupted (during the adds or the query: wherever the alarm found it)');
     # The adds the client journaled before the alarm are the object's state (a mutation is
     # journaled as it returns); give the twin the same.
-    my $journal = CRSBridge::Connection::journal_entries(CRSBridge::Scheduler::_state($dynamic));
+    my $journal = CRSBridge::Scheduler::_state($dynamic)->{mirror}->journal;
     my $added = grep { /^\["add_resource","ct:/ } @$journal;
     $twin_dynamic->add_resource("ct:$_", { stats => { cpu => 0.5, maxcpu => 1, mem => GiB / 4, maxmem => GiB },
         running => 1, 'current-node' => qw(a b c)[ $_ % 3 ] }) for 1 .. $added;
@@ -133,7 +133,7 @@ subtest 'adds cut short anywhere: each happened for the mirror and the journal a
             run_with_timeout((200 + 77 * $i) / 1e6, sub { $usage->add_service('vm:' . $n++, service(qw(a b c)[ $n % 3 ], 1)) while 1 });
         };
         my $st = CRSBridge::Scheduler::_state($usage);
-        my %journaled = map { /^\["add_service","([^"]+)"/ ? ($1 => 1) : () } @{ CRSBridge::Connection::journal_entries($st) };
+        my %journaled = map { /^\["add_service","([^"]+)"/ ? ($1 => 1) : () } @{ $st->{mirror}->journal };
         push @disagree, grep { !$st->{mirror}->has_resource($_) != !$journaled{$_} } map {"vm:$_"} 0 .. $n;
     }
     is_deeply(\@disagree, [], 'no sid known to the mirror and not journaled, or the other way round');
@@ -158,7 +158,7 @@ subtest 'node adds cut short anywhere: each happened for the mirror and the jour
             });
         };
         my $st = CRSBridge::Scheduler::_state($usage);
-        my %journaled = map { /^\["add_node","([^"]+)"/ ? ($1 => 1) : () } @{ CRSBridge::Connection::journal_entries($st) };
+        my %journaled = map { /^\["add_node","([^"]+)"/ ? ($1 => 1) : () } @{ $st->{mirror}->journal };
         my $listed = $usage->list_nodes;
         push @disagree, grep { !$st->{mirror}->has_node($_) != !$journaled{$_} } map {"n$_"} 0 .. $n;
         push @disagree, "order of run $i" if "@$listed" ne join(' ', map {"n$_"} 0 .. $#$listed);
@@ -197,7 +197,7 @@ for my $after ('call', 'call_mutation') {
             is(error_of { $usage->add_service('vm:big', {%$big}) }, "got timeout\n", 'interrupted');
         }
         my $st = CRSBridge::Scheduler::_state($usage);
-        my $journaled = grep {/"vm:big"/} @{ CRSBridge::Connection::journal_entries($st) };
+        my $journaled = grep {/"vm:big"/} @{ $st->{mirror}->journal };
         is(!!$st->{mirror}->has_resource('vm:big'), !!$journaled, 'the mirror has it if the journal has it');
         $twin->add_service('vm:big', {%$big}) if $journaled;
         is(server_call($usage, 'calculate_node_imbalance'), $twin->calculate_node_imbalance,

@@ -53,27 +53,22 @@ ok($big->memory_risk(2**59), 'removals are not subtracted: a bound, not a count'
 is(error_of { $big->legacy_add('B', 'vm:2', 2**59) }, '', 'a legacy add counts too');
 ok($big->memory_risk(0), '... so even nothing more is a risk now');
 
-# Adds collected by a caller and recorded as a batch (CRSBridge::Scheduler's fast path).
-subtest 'batch_view and add_batch' => sub {
+# The journal: each accepted mutation's entry, in order; a failed or no-op one leaves none.
+subtest 'the journal' => sub {
     my $m = CRSBridge::Mirror->new;
-    $m->add_node($_, 2**40) for qw(A B);
-    my ($nodes, $resources, $room) = $m->batch_view;
-    is_deeply([ sort keys %$nodes ], [qw(A B)], 'the nodes');
-    is_deeply($resources, {}, 'no resources yet');
-    cmp_ok($room, '==', 2**61 - 2**41, 'the room: what the bound may grow before a memory risk');
-    $m->add_batch({ 'vm:1' => 'A', 'vm:2' => 'B', 'vm:3' => [ 'A', 'B' ] }, 3 * 2**40);
-    ok($m->has_resource('vm:1') && $m->has_resource('vm:3'), 'a first batch recorded');
-    $m->add_batch({ 'vm:4' => 'A' }, 2**40);
-    ok($m->has_resource('vm:1') && $m->has_resource('vm:4'), 'a later batch added to it');
-    cmp_ok(($m->batch_view)[2], '==', 2**61 - 6 * 2**40, 'their bytes counted in the bound');
-    is(error_of { $m->add_resource('vm:4', 'B') }, "resource 'vm:4' already exists\n", 'a duplicate of a batched sid dies');
-    is(error_of { $m->legacy_add('A', 'vm:3') }, "resource 'vm:3' is already moving to target node 'B'\n",
-        'a batched moving resource moves');
-    ok($m->remove_node('A'), 'a node removed');
-    ok(!$m->has_resource('vm:1') && !$m->has_resource('vm:4') && $m->has_resource('vm:2'),
-        '... with its batched stationary resources, the others stay');
-    is(error_of { $m->legacy_add('A', 'vm:3') }, "nodes for resource 'vm:3' do not exist\n",
-        'the moving one is stationary on B now');
+    $m->add_node('A', undef, 'node A');
+    $m->add_node('B', 2**30, 'node B');
+    is(error_of { $m->add_node('A', undef, 'node A again') }, "node 'A' already exists\n", 'a duplicate dies');
+    $m->add_resource('vm:1', 'A', undef, 1, 'vm:1 on A');
+    is(error_of { $m->add_resource('vm:2', 'Z', undef, 1, 'vm:2 on Z') }, "current node for resource 'vm:2' does not exist\n",
+        'an unknown node dies');
+    $m->legacy_add('B', 'vm:1', 1, 'vm:1 to B');
+    ok(!$m->remove_resource('vm:9', 'remove vm:9'), 'an unknown sid: nothing removed');
+    ok(!$m->remove_node('Z', 'remove Z'), 'an unknown node: nothing removed');
+    ok($m->remove_node('A', 'remove A'), 'a node removed');
+    ok($m->remove_resource('vm:1', 'remove vm:1'), 'a resource removed');
+    is_deeply($m->journal, [ 'node A', 'node B', 'vm:1 on A', 'vm:1 to B', 'remove A', 'remove vm:1' ],
+        'the accepted mutations, in order');
 };
 
 done_testing();

@@ -19,13 +19,13 @@ sub reading_end {
     pipe(my $out, my $to_client) or die "pipe: $!\n";
     $out->blocking(0);
     $to_client->autoflush(1);
-    my $proc = bless { out => $out, rbuf => '', wbuf => '', ended => 0 }, 'CRSBridge::Process';
+    my $proc = bless { out => $out, rbuf => '', wbuf => '', ended => 0, grace => 0, graces => 0 }, 'CRSBridge::Process';
     return ($proc, $to_client);
 }
 
 subtest 'an answer waiting is taken' => sub {
     no warnings 'redefine';
-    local *CRSBridge::Process::_cpu_free = sub { 1 };
+    local *CRSBridge::Load::cpu_free = sub { 1 };
     my ($proc, $server) = reading_end();
     print {$server} qq({"id":1}\n);
     ok($proc->_poll, 'polling found the answer');
@@ -36,7 +36,7 @@ subtest 'an answer waiting is taken' => sub {
 
 subtest 'no CPU free: nothing is read by polling' => sub {
     no warnings 'redefine';
-    local *CRSBridge::Process::_cpu_free = sub { 0 };
+    local *CRSBridge::Load::cpu_free = sub { 0 };
     my ($proc, $server) = reading_end();
     print {$server} qq({"id":2}\n);
     ok(!$proc->_poll, 'no poll');
@@ -46,7 +46,7 @@ subtest 'no CPU free: nothing is read by polling' => sub {
 
 subtest 'a server that ends while polled for' => sub {
     no warnings 'redefine';
-    local *CRSBridge::Process::_cpu_free = sub { 1 };
+    local *CRSBridge::Load::cpu_free = sub { 1 };
     my ($proc, $server) = reading_end();
     close($server);
     my $error = eval { $proc->_poll; 1 } ? undef : $@;
@@ -56,7 +56,7 @@ subtest 'a server that ends while polled for' => sub {
 
 subtest 'a wall clock set back does not prolong the poll' => sub {
     no warnings 'redefine';
-    local *CRSBridge::Process::_cpu_free = sub { 1 };
+    local *CRSBridge::Load::cpu_free = sub { 1 };
     my $now = 2e9;
     local *CRSBridge::Process::time = sub { return $now -= 3600 };    # an hour back at every look
     my ($proc, $server) = reading_end();    # a server that says nothing
@@ -73,9 +73,9 @@ subtest 'the CPUs this process may run on are counted' => sub {
     my $nproc = `env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null`;
     SKIP: {
         skip 'no nproc here', 1 if $? || $nproc !~ /^(\d+)$/;
-        is(CRSBridge::Process::_cpus_usable(), $1, 'as many as nproc counts');
+        is(CRSBridge::Load::cpus_usable(), $1, 'as many as nproc counts');
     }
-    my $pinned = `taskset -c 0 $^X -I$FindBin::Bin/../lib -MCRSBridge::Process -e 'print CRSBridge::Process::_cpus_usable()' 2>/dev/null`;
+    my $pinned = `taskset -c 0 $^X -I$FindBin::Bin/../lib -MCRSBridge::Load -e 'print CRSBridge::Load::cpus_usable()' 2>/dev/null`;
     SKIP: {
         skip 'no taskset here (or no CPU 0)', 1 if $?;
         is($pinned, 1, 'one, when pinned to one CPU');

@@ -1,8 +1,7 @@
 #!/usr/bin/perl
-# The adds' batch (CRSBridge::Scheduler) and the answers read without JSON::PP
-# (CRSBridge::Codec::decode_answer) under what a daemon does to them: alarms whose handler dies,
-# objects dropped or poisoned while adds are collected, perl -T. Each subtest failed before its
-# fix (found in review).
+# The adds and the answers read without JSON::PP (CRSBridge::Codec::decode_answer) under what a
+# daemon does to them: alarms whose handler dies, objects dropped or poisoned between adds,
+# perl -T. Each subtest failed before its fix (found in review).
 
 use strict;
 use warnings;
@@ -29,27 +28,24 @@ sub cluster {
 
 # Lines the client queues to the server, for the subtests that look at what is sent.
 my @queued;
-my $die_in_journal = 0;    # an alarm's die at the next journal_many that has entries
 {
     no warnings 'redefine';
     my $queue = \&CRSBridge::Process::queue;
     *CRSBridge::Process::queue = sub { push @queued, $_[1]; goto &$queue };
-    my $journal_many = \&CRSBridge::Connection::journal_many;
-    *CRSBridge::Connection::journal_many = sub {
-        if ($die_in_journal && @{ $_[1] }) { $die_in_journal = 0; die "got timeout\n" }
-        goto &$journal_many;
-    };
 }
 
-subtest 'an alarm in the drop of an object whose adds are collected: the object is still released' => sub {
+subtest 'an alarm in the drop of an object: the object is still released' => sub {
     my $other = cluster();
     $other->calculate_node_imbalance;
     my @warnings;
     {
         local $SIG{__WARN__} = sub { push @warnings, @_ };
         my $usage = cluster();
-        $usage->add_service("vm:$_", service($NODES[ $_ % 3 ])) for 1 .. 5;    # its batch is open at the drop
-        $die_in_journal = 1;    # where an alarm of run_with_timeout lands in DESTROY's _settle_adds
+        $usage->add_service("vm:$_", service($NODES[ $_ % 3 ])) for 1 .. 5;
+        no warnings 'redefine';
+        my $release = \&CRSBridge::Connection::release;
+        # Where an alarm of run_with_timeout may land: right after the release.
+        local *CRSBridge::Connection::release = sub { $release->(@_); die "got timeout\n" };
         undef $usage;
     }
     is(scalar(@warnings), 1, 'the alarm became a warning (in cleanup)');
@@ -60,7 +56,7 @@ subtest 'an alarm in the drop of an object whose adds are collected: the object 
     is($restored, 1, 'only the object still alive is restored (the dropped one is not live any more)');
 };
 
-subtest 'an object poisoned while its adds are collected: the next add dies, as at 28ba640' => sub {
+subtest 'an object poisoned between its adds: the next add dies, as at 28ba640' => sub {
     # The server refuses a buffered add_node the client accepted (a wrapper renames node zz to a,
     # a duplicate): a stand-in for any refusal of a buffered mutation.
     my $dir = tempdir(CLEANUP => 1);
@@ -73,7 +69,7 @@ subtest 'an object poisoned while its adds are collected: the next add dies, as 
     kill 'KILL', server_pid() if server_pid();
     my $usage = cluster();
     $usage->add_node('zz', 16, 64 * GiB);
-    $usage->add_service('vm:1', service('a'));    # the batch of adds opens
+    $usage->add_service('vm:1', service('a'));
     my $dynamic = PVE::RS::ResourceScheduling::Dynamic->new();    # a call (first dynamic object): the refusal is read
     like(error_of { $usage->add_service('vm:2', service('a')) }, qr/refused a buffered add_node/,
         'the add after the refusal dies saying why');
@@ -140,7 +136,7 @@ subtest 'an alarm while a buffered remove is recorded: the mirror and the journa
     }
     $usage->add_service('vm:1', service('b'));    # gone for the mirror: a new add
     is(error_of { $usage->calculate_node_imbalance }, '', 'the server took both (the object is usable)');
-    my $journal = CRSBridge::Connection::journal_entries(CRSBridge::Scheduler::_state($usage));
+    my $journal = CRSBridge::Scheduler::_state($usage)->{mirror}->journal;
     is_deeply([ grep {/vm:1/} @$journal ], [ '["add_service","vm:1",{"stats":{"maxcpu":1,"maxmem":1073741824},'
         . '"running":true,"current-node":"a"}]', '["remove_service_usage","vm:1"]',
         '["add_service","vm:1",{"stats":{"maxcpu":1,"maxmem":1073741824},"running":true,"current-node":"b"}]' ],

@@ -198,7 +198,9 @@ string>.
 =cut
 
 sub arg_string {
-    return _unicode("$_[0]") if !ref $_[0] && defined $_[0] && !_plain_number($_[0]);
+    if (!ref $_[0] && defined $_[0] && !_plain_number($_[0])) {
+        return utf8::is_utf8($_[0]) ? _unicode("$_[0]") : "$_[0]";    # (only flagged strings hold non-characters)
+    }
     return _string($_[0], 'a string');
 }
 

@@ -9,10 +9,10 @@ CRSBridge::Mirror - what the client must know of a scheduler object before the s
 
 =head1 DESCRIPTION
 
-Mutations (C<add_node>, C<add_service>, ...) are buffered (L<CRSBridge::Connection>): the
-server applies them later, but the call that causes an upstream error must die with it, in
+Mutations (C<add_node>, C<add_service>, ...) are buffered: the server applies them later
+(L<CRSBridge::Batching>), but the call that causes an upstream error must die with it, in
 upstream's order. A mirror holds what those errors, C<list_nodes> and C<contains_node> need,
-and nothing of the usage arithmetic, which the server alone owns:
+and the object's journal; nothing of the usage arithmetic, which the server alone owns:
 
 =over
 
@@ -20,7 +20,11 @@ and nothing of the usage arithmetic, which the server alone owns:
 
 =item * where each resource is placed: its node, or its current and target node while it moves;
 
-=item * a bound on memory (see C<memory_risk>): one number, never a node's usage.
+=item * a bound on memory (see C<memory_risk>): one number, never a node's usage;
+
+=item * the journal: every mutation accepted, in order, each the JSON text C<[method, args...]>
+of one C<scheduler.apply> entry. It is the object's whole state: a new server gets it replayed,
+the flight recorder writes it, and two objects with equal journals are in the same state.
 
 =back
 
@@ -34,7 +38,7 @@ upstream's crate), and perl-client/t/mirror.t and static.t hold the two together
 
 =item * C<add_resource>: a duplicate sid, then the placement: unknown current node
 (stationary), same current and target node, unknown nodes (moving)
-(C<Usage.check_resource>, C<_check_placement>).
+(C<Usage.check_resource>, C<_check_placement>; here C<_resource_error>).
 
 =item * C<legacy_add> (Static's C<add_service_usage_to_node>): an unknown sid is added
 stationary, a stationary one starts moving, a moving one dies
@@ -45,17 +49,18 @@ node (C<Usage.remove_node>); the placements must follow for later errors to be u
 
 =back
 
-A failed operation changes nothing, as on the server. The mirror's state is its own: other
-modules change it through the methods below only. For the adds' common case (a new node, a new
-resource on known nodes, once per guest and HA round, where a call per guest costs too much),
-C<batch_view> gives what such an add is checked against and C<add_batch> records a batch
-of them (L<CRSBridge::Scheduler>'s fast path).
+A failed operation changes nothing, as on the server. A successful one records its change and
+its journal entry in one statement, which calls nothing: a signal handler that dies (an alarm)
+finds both made or neither, so the journal and the checks never disagree. The mirror's state
+is its own: other modules change it through the methods below only.
 
 =head1 METHODS
 
 Methods named C<add_*>/C<legacy_add> check first and die with upstream's message (ending in
-a newline) without changing anything; C<remove_*> return whether something was removed
-(removing an unknown name is a no-op, as upstream).
+a newline) without changing anything, and return true once recorded; C<remove_*> return
+whether something was removed (removing an unknown name is a no-op, as upstream, and journals
+nothing). Each mutation takes
+its journal entry as its last argument (undef: none, for tests of the rules alone).
 
 =over
 
@@ -70,9 +75,17 @@ sub new {
     # order: node names in insertion order; nodes: name -> 1; res: sid -> its node (a stationary
     # resource: a string, no array per guest) or [current, target] (a moving one). No index of
     # each node's resources: only remove_node needs one, and it is rare, while adds are many.
-    # bound: see memory_risk.
-    return bless { order => [], nodes => {}, res => {}, bound => 0 }, $class;
+    # bound: see memory_risk; journal: see the top.
+    return bless { order => [], nodes => {}, res => {}, bound => 0, journal => [] }, $class;
 }
+
+=item journal()
+
+The journal (an array reference, to read, never to change): every mutation accepted, in order.
+
+=cut
+
+sub journal { return $_[0]{journal} }
 
 =item memory_risk($maxmem)
 
@@ -109,7 +122,7 @@ Whether a resource exists.
 
 sub has_resource { return exists $_[0]{res}{ $_[1] } }
 
-=item add_node($name, $mem)
+=item add_node($name, $mem, $entry)
 
 Dies with C<node '<name>' already exists>. C<$mem>: the node's memory in use (bytes; undef
 for a static node), counted in the bound.
@@ -117,13 +130,16 @@ for a static node), counted in the bound.
 =cut
 
 sub add_node {
-    my ($self, $name, $mem) = @_;
+    my ($self, $name, $mem, $entry) = @_;
     $self->check_node($name);
-    $self->{nodes}{$name} = 1;
-    $self->{bound} += $mem // 0;
-    push @{ $self->{order} }, $name;
-    return;
+    my ($bytes, @entry) = ($mem // 0, _entry($entry));
+    $self->{nodes}{$name} = 1, $self->{bound} += $bytes, push(@{ $self->{order} }, $name),
+        push @{ $self->{journal} }, @entry;
+    return 1;
 }
+
+# The entry as a list to push: none for undef.
+sub _entry { return defined $_[0] ? ($_[0]) : () }
 
 =item check($op, @args)
 
@@ -149,26 +165,27 @@ sub check_node {
     return;
 }
 
-=item remove_node($name)
+=item remove_node($name, $entry)
 
 Removes the node; its stationary resources go, a moving resource stays on its other node.
 
 =cut
 
 sub remove_node {
-    my ($self, $name) = @_;
-    delete $self->{nodes}{$name} or return 0;
-    $self->{order} = [ grep { $_ ne $name } @{ $self->{order} } ];
-    my $res = $self->{res};
-    for my $sid (keys %$res) {
-        my $placement = $res->{$sid};
+    my ($self, $name, $entry) = @_;
+    return 0 if !exists $self->{nodes}{$name};
+    my %res = %{ $self->{res} };
+    for my $sid (keys %res) {
+        my $placement = $res{$sid};
         if (!ref $placement) {
-            delete $res->{$sid} if $placement eq $name;
+            delete $res{$sid} if $placement eq $name;
         } elsif ($placement->[0] eq $name || $placement->[1] eq $name) {
             my ($current, $target) = @$placement;
-            $res->{$sid} = $current eq $name ? $target : $current;
+            $res{$sid} = $current eq $name ? $target : $current;
         }
     }
+    my ($order, @entry) = ([ grep { $_ ne $name } @{ $self->{order} } ], _entry($entry));
+    delete $self->{nodes}{$name}, @$self{qw(order res)} = ($order, \%res), push @{ $self->{journal} }, @entry;
     return 1;
 }
 
@@ -181,93 +198,60 @@ current node (stationary), same current and target node, unknown nodes (moving).
 
 sub check_resource {
     my ($self, $sid, $current, $target) = @_;
-    die "resource '$sid' already exists\n" if exists $self->{res}{$sid};
-    $self->_check_placement($sid, $current, $target);
+    my $error = _resource_error($self, $sid, $current, $target);
+    die $error if defined $error;
     return;
 }
 
-sub _check_placement {
-    my ($self, $sid, $current, $target) = @_;
+# The message of check_resource, or undef; the placement's alone with $placed.
+sub _resource_error {
+    my ($self, $sid, $current, $target, $placed) = @_;
+    return "resource '$sid' already exists\n" if !$placed && exists $self->{res}{$sid};
     my $nodes = $self->{nodes};
     if (!defined $target) {
-        die "current node for resource '$sid' does not exist\n" if !exists $nodes->{$current};
+        return "current node for resource '$sid' does not exist\n" if !exists $nodes->{$current};
     } elsif ($current eq $target) {
-        die "resource '$sid' has the same current and target node\n";
+        return "resource '$sid' has the same current and target node\n";
     } elsif (!exists $nodes->{$current} || !exists $nodes->{$target}) {
-        die "nodes for resource '$sid' do not exist\n";
+        return "nodes for resource '$sid' do not exist\n";
     }
-    return;
+    return undef;
 }
 
-=item add_resource($sid, $current, $target, $maxmem)
+=item add_resource($sid, $current, $target, $maxmem, $entry, $risky)
 
 Checks (C<check_resource>) and records the placement (C<$target> undef: stationary) and the
-resource's C<$maxmem> bytes.
+resource's C<$maxmem> bytes; returns true. Unless C<$risky>: an add at C<memory_risk> records
+nothing and returns false (the caller sends it as a single call, and records it with C<$risky>
+once the server has accepted it).
 
 =cut
 
 sub add_resource {
-    my ($self, $sid, $current, $target, $maxmem) = @_;
-    $self->check_resource($sid, $current, $target);
-    $self->{res}{$sid} = defined $target ? [ $current, $target ] : $current;
-    $self->{bound} += $maxmem;
-    return;
+    my ($self, $sid, $current, $target, $maxmem, $entry, $risky) = @_;
+    my $error = _resource_error($self, $sid, $current, $target);
+    die $error if defined $error;
+    return 0 if !$risky && memory_risk($self, $maxmem);
+    my $placement = defined $target ? [ $current, $target ] : $current;
+    my @entry = defined $entry ? $entry : ();
+    # One statement: a signal handler that dies (an alarm) finds the add made or not at all.
+    $self->{res}{$sid} = $placement, $self->{bound} += $maxmem, push @{ $self->{journal} }, @entry;
+    return 1;
 }
 
-=item batch_view()
-
-For a caller that collects adds and records them in batches: C<(\%nodes, \%resources,
-$room)>, the names of the nodes and the sids of the resources as hash keys (the mirror's own
-hashes: to read, never to change, and only until the mirror changes), and the bytes of memory
-(a resource's C<maxmem>, a node's memory in use) that adds may bring before C<memory_risk>.
-An add of a new sid (in neither hash nor the caller's batch) on a node in C<%nodes> (or the
-batch's), or moving between two different ones, whose C<maxmem> stays under what its batch
-left of C<$room>, cannot fail; nor can an add of a node whose name is in neither: the caller
-may accept them without a call, and hands the batch to C<add_batch> before the mirror is used
-otherwise.
-
-=cut
-
-sub batch_view {
-    my ($self) = @_;
-    return ($self->{nodes}, $self->{res}, MEMORY_RISK - $self->{bound});
-}
-
-=item add_batch(\%placements, $bytes, \%nodes, \@order)
-
-Records a batch of adds checked as C<batch_view> says, as C<add_resource> and C<add_node>
-would one by one: C<%placements> maps each sid to its node, or to C<[current, target]> while
-it moves; C<$bytes>: their C<maxmem> and the nodes' memory together; when the batch added
-nodes, C<%nodes> and C<@order> are all node names (the mirror's, with the batch's after them),
-as a hash and in order. The hashes and the array become the mirror's (the caller lets go of
-them): a mirror without resources keeps the placements as they are, with no copy (an HA
-round's guests come in one batch). Recording the same batch twice (a signal handler that died
-in between) only counts its bytes twice: the bound grows, which errs on the safe side.
-
-=cut
-
-sub add_batch {
-    my ($self, $placements, $bytes, $nodes, $order) = @_;
-    @$self{qw(nodes order)} = ($nodes, $order) if $order;
-    if (%{ $self->{res} }) {
-        @{ $self->{res} }{ keys %$placements } = values %$placements;
-    } else {
-        $self->{res} = $placements;
-    }
-    $self->{bound} += $bytes;
-    return;
-}
-
-=item remove_resource($sid)
+=item remove_resource($sid, $entry)
 
 =cut
 
 sub remove_resource {
-    my ($self, $sid) = @_;
-    return defined(delete $self->{res}{$sid}) ? 1 : 0;
+    my ($self, $sid, $entry) = @_;
+    return 0 if !exists $self->{res}{$sid};
+    my @entry = _entry($entry);
+    delete $self->{res}{$sid}, push @{ $self->{journal} }, @entry;
+    return 1;
 }
 
-=item legacy_add($node, $sid, $maxmem)
+=item legacy_add($node, $sid, $maxmem, $entry)
 
 Static's C<add_service_usage_to_node>: an unknown sid is added stationary on C<$node> with
 C<$maxmem> bytes; a stationary one starts moving to C<$node> (with its own maxmem, counted in
@@ -277,11 +261,12 @@ the bound already); a moving one dies with C<resource '<sid>' is already moving 
 =cut
 
 sub legacy_add {
-    my ($self, $node, $sid, $maxmem) = @_;
-    return $self->add_resource($sid, $node, undef, $maxmem) if !exists $self->{res}{$sid};
+    my ($self, $node, $sid, $maxmem, $entry) = @_;
+    return $self->add_resource($sid, $node, undef, $maxmem, $entry, 1) if !exists $self->{res}{$sid};
     $self->check_legacy_add($node, $sid);
-    $self->{res}{$sid} = [ $self->{res}{$sid}, $node ];
-    return;
+    my ($placement, @entry) = ([ $self->{res}{$sid}, $node ], _entry($entry));
+    $self->{res}{$sid} = $placement, push @{ $self->{journal} }, @entry;
+    return 1;
 }
 
 sub check_legacy_add {
@@ -289,7 +274,8 @@ sub check_legacy_add {
     my $placement = $self->{res}{$sid};
     return $self->check_resource($sid, $node) if !defined $placement;
     die "resource '$sid' is already moving to target node '$placement->[1]'\n" if ref $placement;
-    $self->_check_placement($sid, $placement, $node);
+    my $error = _resource_error($self, $sid, $placement, $node, 1);
+    die $error if defined $error;
     return;
 }
 

@@ -12,6 +12,8 @@ use POSIX qw(EAGAIN);
 use Time::HiRes qw(time);
 
 use CRSBridge::Config;
+use CRSBridge::Load;
+use CRSBridge::SafeKill;
 
 use constant F_SETPIPE_SZ => 1031;
 use constant PIPE_SIZE => 1 << 20;
@@ -20,7 +22,6 @@ use constant STOP_SECONDS => 2;
 # How long (seconds) _wait polls for the server's answer before it sleeps in select; see _poll.
 use constant POLL_SECONDS => 1e-3;
 use constant MONOTONIC => eval { Time::HiRes::CLOCK_MONOTONIC() } // 0;    # (0: the realtime clock)
-my ($LOADAVG, $CPUS);    # for _cpu_free: /proc/loadavg, kept open (undef: none), and the CPUs usable
 
 =head1 NAME
 
@@ -78,7 +79,7 @@ sub spawn {
     my $log = CRSBridge::Config::get('log');
     my %env = (CRS_BRIDGE_CLIENT_PID => $$, CRS_BRIDGE_LOG_TARGET => $log eq 'syslog' ? 'syslog' : 'auto');
     my @held = _hold_std_fds();
-    _watch_load() if !defined $CPUS;    # here, so that /proc/loadavg gets no fd 0 to 2 either
+    CRSBridge::Load::watch();    # here, so that /proc/loadavg gets no fd 0 to 2 either
     my $stderr = _server_stderr($log);
     pipe(my $server_in, my $to_server) && pipe(my $from_server, my $server_out) && pipe(my $report, my $report_w)
         or die "crs-bridge: cannot start the server: no pipe: $!\n";
@@ -196,16 +197,17 @@ sub _read_report {
     return ($pid, undef);
 }
 
-=item pid() / answered() / owner()
+=item pid() / answered() / owner() / command_line()
 
 The server's process id; whether it has sent anything yet (a server that dies before its
-first line failed to start); the pid of the Perl process that started it.
+first line failed to start); the pid of the Perl process that started it; its command.
 
 =cut
 
 sub pid { return $_[0]{pid} }
 sub answered { return $_[0]{answered} }
 sub owner { return $_[0]{owner} }
+sub command_line { return $_[0]{cmd} }
 
 =item queue($bytes, $hold)
 
@@ -308,19 +310,11 @@ use constant START_GRACES => 3;
 
 sub _start_grace {
     my ($self, $deadline) = @_;
-    return 0 if $self->{answered} || !$self->{in} || $self->{graces} >= START_GRACES || !_working($self->{pid});
+    return 0 if $self->{answered} || !$self->{in} || $self->{graces} >= START_GRACES;
+    return 0 if !CRSBridge::Load::working($self->{pid});
     $self->{graces}++;
     $self->{grace} += CRSBridge::Config::get('start-timeout');
     return $deadline + $self->{grace} - time;
-}
-
-# Whether process $pid is running, runnable or waiting for the disk (state R or D in
-# /proc/PID/stat, Linux; false without it).
-sub _working {
-    my ($pid) = @_;
-    open(my $fh, '<', "/proc/$pid/stat") or return 0;
-    sysread($fh, my $stat, 4096) or return 0;
-    return $stat =~ /.*\) ([RD]) /s;    # (after the last parenthesis: the command name may hold some)
 }
 
 # Reads the server's answer if it comes within POLL_SECONDS, while a CPU is free; false if none
@@ -330,9 +324,8 @@ sub _working {
 # (bridge/transport.py BriefPoll, which says why it polls only while no task waits for a CPU).
 sub _poll {
     my ($self) = @_;
-    local $.;    # _cpu_free's sysseek: see LAST-READ HANDLE
-    _cpu_free() or return 0;
-    # A monotonic clock (Linux, where alone _cpu_free lets this run): the wall clock set back
+    CRSBridge::Load::cpu_free() or return 0;
+    # A monotonic clock (Linux, where alone cpu_free lets this run): the wall clock set back
     # (NTP stepping it) would make the poll spin on. Read inline: a sub call would make each
     # turn, and so the time to notice the answer, a quarter longer (0.5 us, not 0.4).
     my $until = Time::HiRes::clock_gettime(MONOTONIC) + POLL_SECONDS;
@@ -342,43 +335,6 @@ sub _poll {
         return $self->_took($n) if defined $n || $! != EAGAIN;    # (not %!: a tied hash, 4 times dearer)
         return 0 if Time::HiRes::clock_gettime(MONOTONIC) > $until;
     }
-}
-
-sub _watch_load {
-    local $.;    # _cpu_list reads lines: see LAST-READ HANDLE
-    $CPUS = _cpus_usable();
-    open($LOADAVG, '<', '/proc/loadavg') or undef $LOADAVG;
-    return;
-}
-
-# True while /proc/loadavg counts no more running tasks than CPUs (its fourth field,
-# "running/total", this process included); false without /proc.
-sub _cpu_free {
-    return 0 if !$LOADAVG || !sysseek($LOADAVG, 0, 0) || !sysread($LOADAVG, my $text, 128);
-    my ($running) = $text =~ /^\S+ \S+ \S+ (\d+)\//;
-    return defined $running && $running <= $CPUS;
-}
-
-# The count of CPUs this process may run on (as the server counts them, bridge/transport.py
-# BriefPoll): its affinity (a container's cpuset, a taskset), which the server inherits, else
-# the CPUs online; 0 when unknown.
-sub _cpus_usable {
-    my $allowed = _cpu_list('/proc/self/status', qr/^Cpus_allowed_list:\s*(\S+)/);
-    return $allowed || _cpu_list('/sys/devices/system/cpu/online', qr/^(\S+)/);
-}
-
-# The count of CPUs in the list ("0-3,8-11") that $pattern captures from a line of $file; 0
-# when there is none.
-sub _cpu_list {
-    my ($file, $pattern) = @_;
-    open(my $fh, '<', $file) or return 0;
-    my ($list) = map { $_ =~ $pattern ? $1 : () } <$fh>;
-    my $count = 0;
-    for my $range (split /,/, $list // '') {
-        my ($first, $last) = $range =~ /^(\d+)(?:-(\d+))?/ or next;
-        $count += ($last // $first) - $first + 1;
-    }
-    return $count;
 }
 
 sub _write_ready {
@@ -456,58 +412,19 @@ sub log_hint {
 =item kill()
 
 Kills the server (SIGKILL) unless it has closed its output already, and only when it can
-prove the process is still the server: once the server has died and init has reaped it, its
-process id may be another's (a guest's QEMU, on a node), and that process must not be
-signalled. The server is no child of this process (waitpid cannot tell whether it is gone),
-so the proof is this (Linux 5.3 and later): a pidfd is taken on the server's pid, which stands
-for the process that had that pid then, never for a later holder of it; then that pid is seen
-to hold the write end of the server's output pipe (its read end is still open here, so no
-other pipe has its inode; a fork of this process holds the read end only); then the signal
-goes through the pidfd. If the process of the pidfd lives when the signal is sent, it lived
-when its descriptors were looked at, so it holds the pipe: it is the server. If it has died
-meanwhile, the signal reaches nobody. Without pidfds or /proc, or when the check fails,
-nothing is signalled: the server's pipes are closed, and a server that still lives exits at
-the end of its input or of this process.
+prove the process is still the server (L<CRSBridge::SafeKill>: its pid may be another's once
+it has died). Either way the pipes are closed: a server that still lives exits at the end of
+its input or of this process.
 
 =cut
-
-# Linux system calls (the same numbers on every architecture but alpha); SIGKILL.
-use constant { SYS_PIDFD_SEND_SIGNAL => 424, SYS_PIDFD_OPEN => 434, SIGKILL => 9 };
 
 sub kill {
     my ($self) = @_;
     local $!;
-    $self->_kill_if_own if !$self->{ended};
+    CRSBridge::SafeKill::kill_server($self->{pid}, $self->{out}) if !$self->{ended};
     $self->{ended} = 1;
     $self->_close;
     return;
-}
-
-# SIGKILL to the server when it is proved to be the server (see kill); true when sent.
-sub _kill_if_own {
-    my ($self) = @_;
-    return 0 if $^O ne 'linux' || !$self->{out};
-    my $pid = 0 + $self->{pid};    # a number: syscall passes a string by its address
-    my $pidfd = syscall(SYS_PIDFD_OPEN, $pid, 0);
-    return 0 if $pidfd < 0;
-    my $sent = _holds_write_end($pid, $self->{out}) && syscall(SYS_PIDFD_SEND_SIGNAL, $pidfd, SIGKILL, 0, 0) == 0;
-    POSIX::close($pidfd);
-    return $sent;
-}
-
-# Whether the process $pid has the write end of the pipe whose read end is $fh open (Linux: its
-# /proc/PID/fd and fdinfo). The write end: a fork of this process holds the read end too.
-sub _holds_write_end {
-    my ($pid, $fh) = @_;
-    my $pipe = 'pipe:[' . (stat $fh)[1] . ']';
-    opendir(my $dh, "/proc/$pid/fd") or return 0;
-    for my $fd (grep { /^\d+$/ } readdir $dh) {
-        next if (readlink("/proc/$pid/fd/$fd") // '') ne $pipe;
-        open(my $info, '<', "/proc/$pid/fdinfo/$fd") or next;
-        sysread($info, my $text, 4096) or next;
-        return 1 if $text =~ /^flags:\s*([0-7]+)/m && (oct($1) & POSIX::O_ACCMODE()) == POSIX::O_WRONLY();
-    }
-    return 0;
 }
 
 =item stop()

@@ -5,7 +5,7 @@ package CRSBridge::Recorder;
 # decision and `crs-bridge replay` whether a fresh server takes the same one, bit for bit.
 #
 # It costs a round almost nothing: the mutations are in the object's journal already
-# (CRSBridge::Connection keeps it to restore a new server), a query keeps the params text it
+# (CRSBridge::Mirror keeps it, to restore a new server), a query keeps the params text it
 # sent and the answer line as the server wrote it (no re-encoding, so no number loses a bit),
 # and the file is those texts joined. Nothing is parsed or rendered per guest: the usage at the
 # decision is the journal up to it, which crs-bridge plan/explain apply on a fresh server (the
@@ -21,6 +21,7 @@ use Time::HiRes ();
 
 use CRSBridge::Codec qw(json_str);
 use CRSBridge::Config;
+use CRSBridge::Connection ();
 
 =head1 NAME
 
@@ -105,10 +106,11 @@ params, each member after a comma.
 
 sub query {
     my ($st, $method, $params, $run, $candidates) = @_;
-    local $CRSBridge::Connection::ANSWER;
+    my $conn = CRSBridge::Connection->instance;
+    $conn->forget_answer;
     my $result = eval { $run->() };
     my $error = $@;
-    record($st, $method, $params, $CRSBridge::Connection::ANSWER, $error, $candidates);
+    record($st, $method, $params, $conn->last_answer, $error, $candidates);
     die $error if $error;
     return $result;
 }
@@ -130,7 +132,7 @@ sub record {
         utf8::decode($text);    # the file's parts are character strings
     }
     push @{ $st->{rec}{calls} }, {
-        at => scalar @{ CRSBridge::Connection::journal_entries($st) }, method => $method, params => $params, answer => $text,
+        at => scalar @{ $st->{mirror}->journal }, method => $method, params => $params, answer => $text,
         ($text ? () : (error => "$error")), ($candidates ? (candidates => $candidates) : ()),
     };
     return;
@@ -198,7 +200,7 @@ sub _file_parts {
     my $options = qq(,"method":"$method"$limit,"imbalance":$formula,"record":{"format":1,"mode":$mode)
         . qq(,"imbalance":$formula,"pid":$$,"time":) . json_str(_utc_time()) . ',"decision":' . ($decision // 'null')
         . ',"journal":[';
-    my $journal = join(',', @{ CRSBridge::Connection::journal_entries($st) });
+    my $journal = join(',', @{ $st->{mirror}->journal });
     my $rest = '],"calls":[' . join(',', map { _call_json($_) } @$calls) . "]}}\n";
     utf8::encode($_) for $options, $journal, $rest;
     return ('{"candidates":', _list_parts($candidates), $options, $journal, $rest);

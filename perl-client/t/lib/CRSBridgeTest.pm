@@ -76,15 +76,14 @@ sub reference_imbalance {
 =item server_call($object, $method, $params_json)
 
 Calls C<scheduler.$method> for C<$object> on the server directly (after the buffered
-mutations, the adds the object collected included: its state is taken as its methods take
-it), to check the server's state against what the client answers locally.
+mutations), to check the server's state against what the client answers locally.
 
 =cut
 
 sub server_call {
     my ($object, $method, $params) = @_;
     my $st = CRSBridge::Scheduler::_state($object);
-    return CRSBridge::Connection->instance->call($st, "scheduler.$method", $params // '');
+    return CRSBridge::Connection->instance->call($st->{remote}, "scheduler.$method", $params // '');
 }
 
 =item server_pid()

@@ -44,22 +44,27 @@ sub log_lines { return $_[0]{log} }
 =item round()
 
 One CRM round. Returns C<{ round, imbalance, counter, move => {sid, from, to, expected} or
-undef, skipped => reason or undef }>. A migration queued in round N is running in round N + 1
-and done from round N + 2 on.
+undef, skipped => reason or undef, gate => the gate that decided, relative => the best move's
+relative gain (when scored) }>. C<gate> is C<motion> (a migration queued or running: no
+balancing), C<threshold>, C<hold>, C<no-candidates>, C<margin> (the gate that stopped the round)
+or C<moved>. A migration queued in round N is running in round N + 1 and done from round N + 2 on.
 
 =cut
 
 sub round {
     my ($self) = @_;
     my $report = { round => ++$self->{round} };
+    $self->{relative} = undef;
     my $usage = $self->recompute_online_node_usage;
     $report->{imbalance} = $self->_imbalance($usage);
     if (grep { $_->{state} eq 'migrate' } values %{ $self->{services} }) {
         $report->{skipped} = 'migration running';
+        $self->{gate} = 'motion';
     } else {
         $report->{move} = $self->load_balance($usage, $report->{imbalance});
     }
     $report->{counter} = $self->{counter};
+    @$report{qw(gate relative)} = @$self{qw(gate relative)};
     $self->_lrm_finishes_migrations;
     return $report;
 }
@@ -137,7 +142,8 @@ sub measured_node_usage {
     my ($self) = @_;
     my %usage = map { $_ => { cpu => $self->{nodes}{$_}{cpu} // 0, mem => $self->{nodes}{$_}{mem} // 0 } }
         keys %{ $self->{nodes} };
-    for my $sd (values %{ $self->{services} }) {
+    # In sid order, as the sums' last bits depend on it: a round is the same on the same state.
+    for my $sd (map { $self->{services}{$_} } sort keys %{ $self->{services} }) {
         next if $sd->{state} eq 'stopped' || !$sd->{running};
         $usage{ $sd->{node} }{cpu} += $sd->{cpu};
         $usage{ $sd->{node} }{mem} += $sd->{mem};
@@ -161,11 +167,13 @@ Manager::load_balance: returns the move it queued ({sid, from, to, expected}) or
 sub load_balance {
     my ($self, $usage, $imbalance) = @_;
     if ($imbalance <= $self->{threshold}) {
-        $self->{counter} = 0;
+        @$self{qw(counter gate)} = (0, 'threshold');
         return undef;
     }
+    $self->{gate} = 'hold';
     return undef if ++$self->{counter} < $self->{hold_duration};
     $self->{counter} = 0;
+    $self->{gate} = 'no-candidates';
     my $candidates = $self->migration_candidates;
     my $scorer = $self->{method} eq 'topsis'
         ? 'score_best_balancing_migration_candidates_topsis'
@@ -173,8 +181,10 @@ sub load_balance {
     my $best = eval { $usage->$scorer($candidates, 1)->[0] };
     push @{ $self->{log} }, "unable to score best balancing migration - $@" if $@;
     return undef if !$best;
-    my $relative = ($imbalance - $best->{imbalance}) / $imbalance;
+    my $relative = $self->{relative} = ($imbalance - $best->{imbalance}) / $imbalance;
+    $self->{gate} = 'margin';
     return undef if $relative < $self->{margin};
+    $self->{gate} = 'moved';
     my $migration = $best->{migration};
     my $sd = $self->{services}{ $migration->{sid} };
     @$sd{qw(state target queued)} = ('migrate', $migration->{'target-node'}, $self->{round});

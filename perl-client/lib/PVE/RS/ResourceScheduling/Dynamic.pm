@@ -63,7 +63,7 @@ maxmem => bytes (> 0) }>. Dies with C<node '<name>' already exists>. Returns not
 
 sub add_node {
     check_arity('add_node', \@_, qw(this nodename stats)) if @_ != 3;
-    my $st = CRSBridge::Scheduler::_adding_state($_[0]);
+    my $st = CRSBridge::Scheduler::_state($_[0]);
     my $name = arg_string($_[1]);
     my ($json, $refused, $mem) = node_stats_param($_[2], 'stats');
     CRSBridge::Scheduler::_add_node($st, $name, $json, $refused, $mem);
@@ -78,7 +78,7 @@ scheduler. Returns nothing.
 
 =cut
 
-# Written out in CRSBridge::Scheduler (it runs once per guest and HA round: a call less matters).
+# Shared with the static scheduler (CRSBridge::Scheduler).
 *add_resource = CRSBridge::Scheduler::_resource_adder('add_resource', 'resource');
 
 =item remove_resource($sid)

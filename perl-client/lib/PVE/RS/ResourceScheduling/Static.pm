@@ -100,7 +100,7 @@ C<node '<name>' already exists>. Returns nothing.
 
 sub add_node {
     check_arity('add_node', \@_, qw(this nodename maxcpu maxmem)) if @_ != 4;
-    my $st = CRSBridge::Scheduler::_adding_state($_[0]);
+    my $st = CRSBridge::Scheduler::_state($_[0]);
     my $name = arg_string($_[1]);
     my ($maxcpu, $maxmem) = (arg_usize($_[2]), arg_usize($_[3]));
     my $refused = out_of_bounds_cores($maxcpu, 1) || out_of_bounds_bytes($maxmem, 1);
@@ -118,7 +118,7 @@ node>, C<nodes for resource '<sid>' do not exist>. Returns nothing.
 
 =cut
 
-# Written out in CRSBridge::Scheduler (it runs once per guest and HA round: a call less matters).
+# Shared with the dynamic scheduler (CRSBridge::Scheduler).
 *add_service = CRSBridge::Scheduler::_resource_adder('add_service', 'service');
 
 =item add_service_usage_to_node($nodename, $sid, \%service_stats)
