@@ -98,10 +98,3 @@ class MethodUnavailableError(LookupError):
         self.mode = mode
         self.handle = handle
 
-
-class UnknownMethodError(LookupError):
-    """A method the server does not have."""
-
-    def __init__(self, method: str) -> None:
-        self.method = shorten(method)
-        super().__init__(f"Method not found: '{self.method}'")
