@@ -59,7 +59,6 @@ class ParamsDecoder:
     def __init__(self, model: type[m.Params], positional: bool) -> None:
         self.model = model
         self.kinds = params_structs(model, positional)
-        self.structs = frozenset(self.kinds)
         self._decoders = [msgspec.json.Decoder(kind) for kind in self.kinds]
         self._exactly_one = getattr(model, "exactly_one", ())
         #: Params struct -> its fields that hold records with REPEATING fields: (field, record struct,
