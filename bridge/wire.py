@@ -260,7 +260,7 @@ def candidate_columns(candidates: list | CompactColumns) -> CandidateColumns | C
 def candidate_counts(candidates: Any) -> tuple[int, int]:
     """(expanded candidates, bundle members) of candidates, decoded JSON, structs or bundles' columns:
     a bundle counts once per entry of its ``nodes``; an expanded candidate counts once (the list's
-    form as :func:`bridge.models.candidate_form` decides it)."""
+    form as :func:`bridge.records.candidate_form` decides it)."""
     if type(candidates) is CompactColumns:  # checked: every bundle has both lists (counted in C)
         return int(candidates.nodes.lengths().sum()), sum(map(len, candidates.resources))
     first = candidates[0]
