@@ -2,14 +2,14 @@
 
 The pydantic models are the one declaration of every wire shape. From each model this module
 generates a msgspec struct with the model's field names, wire names (aliases), types, bounds and
-defaults, so that msgspec can decode a whole request straight into them (:mod:`bridge.wire`) and
-check every value as it parses. The structs are strict: they refuse what the models accept only
+defaults, so that msgspec can convert a request's decoded params into them (:mod:`bridge.wire`),
+checking every value. The structs are strict: they refuse what the models accept only
 by changing the value (an integral float as a byte count, ``running`` by Perl truthiness, an
 unknown key they ignore); such requests go to the models.
 
 The generator knows the models' few validators (:data:`_VALIDATORS`) and fails at import on any
 other, so a rule added to the models cannot be skipped here unnoticed. ``tests/test_wire.py`` checks
-the one property that matters: over requests drawn from the schema, the strict decoder accepts
+the one property that matters: over requests drawn from the schema, the strict structs accept
 only what the models accept, with the same values.
 """
 
