@@ -2,10 +2,11 @@
 are in :mod:`bridge.records`, the results' in :mod:`bridge.results`).
 
 These models are the single source of the JSON-RPC contract's params shapes (spec ``rpc.md``): the
-strict decoder of :mod:`bridge.wire` is generated from them, they validate (and word the errors
-of) whatever that decoder refuses, and ``rpc.discover`` generates its OpenRPC document from them,
-so none of the three can drift from the others. :class:`Params` (a method's params) refuses
-unknown names, so a misspelt option cannot pass silently. Field order is the positional order.
+strict structs of :mod:`bridge.structs` are generated from them, they validate (and word the
+errors of) whatever those structs refuse (:mod:`bridge.wire`), and ``rpc.discover`` generates its
+OpenRPC document from them, so none of the three can drift from the others. :class:`Params` (a
+method's params) refuses unknown names, so a misspelt option cannot pass silently. Field order is
+the positional order.
 """
 
 # No ``from __future__ import annotations`` here: pydantic would then compile and evaluate every
