@@ -239,8 +239,10 @@ class BridgeClient:
         """Everything the server wrote to stderr so far (its logs; "" when not captured)."""
         if self._stderr is None:
             return ""
-        self._stderr.seek(0)
-        return self._stderr.read().decode("utf-8", "replace")
+        # pread, not seek and read: the server writes through the same open file, whose offset a
+        # seek would move back, so that its next line overwrote the start of the log.
+        fd = self._stderr.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode("utf-8", "replace")
 
     def __enter__(self) -> BridgeClient:
         return self
