@@ -28,7 +28,7 @@ from crs_bridge.bridge.protocol import decode_json
 from crs_bridge.bridge.transport import FrameReader, enlarge_pipe
 from crs_bridge.bridge.wire import ParamsDecoder
 
-decoder = ParamsDecoder(m.ScoreMigrationsParams, False)
+decoder = ParamsDecoder(m.ScoreMigrationsParams)
 enlarge_pipe(0)
 for frame in FrameReader(0, 1 << 28):
     if decoder.convert(decode_json(frame.body, 1024)["params"]) is None:

@@ -46,7 +46,7 @@ def best_ms(work: Callable[[], object], runs: int = 5) -> float:
 
 def decoding(nodes: int, count: int) -> None:
     model = models.ScoreMigrationsParams
-    decoder = ParamsDecoder(model, False)
+    decoder = ParamsDecoder(model)
     request = score_request(Cluster(nodes, count, 1), "expanded", "bruteforce")
     params = orjson.dumps(orjson.loads(request)["params"])
     strict = best_ms(lambda: decoder.convert(orjson.loads(params)))

@@ -217,7 +217,7 @@ class Protocol:
         if debug_methods:
             state.methods[stateless.DEBUG_RAISE.name] = stateless.DEBUG_RAISE
         self._params = {
-            (variant.params, spec.positional): ParamsDecoder(variant.params, spec.positional)
+            variant.params: ParamsDecoder(variant.params)
             for spec in state.methods.values()
             for variant in spec.variants.values()
         }
@@ -325,7 +325,7 @@ class Protocol:
     def _validated(self, spec: MethodSpec, variant: Variant, params: list | dict) -> Any:
         """The params as a struct of the variant's model, size limits checked: by the strict
         structs where they take them, else by the models (which word every error)."""
-        decoder = self._params[variant.params, spec.positional]
+        decoder = self._params[variant.params]
         if not params:  # none given: [], {} or no member
             params = decoder.decode(b"{}")  # the models word what is missing
             if params is not None:

@@ -225,18 +225,9 @@ def defstruct(name: str, fields: list[tuple], **options: Any) -> type[msgspec.St
     return struct
 
 
-def params_structs(model: type[m.Params], positional: bool) -> list[type[msgspec.Struct]]:
-    """The param structs of ``model`` to try in order (msgspec tells none of them apart by a tag):
-    one per member of its untaggable union (if any), each for named params and, if ``positional``,
-    then for an array of them in field order."""
-    kinds = []
+def params_structs(model: type[m.Params]) -> list[type[msgspec.Struct]]:
+    """The named-param structs of ``model`` to try in order (msgspec tells none of them apart by a
+    tag): one per member of its untaggable union (if any). Positional params are named before they
+    reach them."""
     struct_of(model)  # notes the model's choices
-    for choice in range(CHOICES.get(model, 1)):
-        named = struct_of(model, choice=choice)
-        kinds.append(named)
-        if positional:
-            fields = FIELDS[named]
-            kinds.append(
-                defstruct(f"{model.__name__}Array", fields, array_like=True, kw_only=True, forbid_unknown_fields=True)
-            )
-    return kinds
+    return [struct_of(model, choice=choice) for choice in range(CHOICES.get(model, 1))]

@@ -56,16 +56,14 @@ def _first(decoders: Iterable[msgspec.json.Decoder], data: bytes) -> Any:
 class ParamsDecoder:
     """The params of one model: decoded strictly from JSON, or else validated by the models."""
 
-    def __init__(self, model: type[m.Params], positional: bool) -> None:
+    def __init__(self, model: type[m.Params]) -> None:
         self.model = model
-        self.kinds = params_structs(model, positional)
+        self.kinds = params_structs(model)
         self._decoders = [msgspec.json.Decoder(kind) for kind in self.kinds]
         self._exactly_one = getattr(model, "exactly_one", ())
         #: Params struct -> its fields that hold records with REPEATING fields: (field, record struct,
         #: the record's field).
         self._repeating = {kind: list(_repeating(kind)) for kind in self.kinds}
-        #: The kinds of named params, in the order tried.
-        self._named = [kind for kind in self.kinds if not kind.__struct_config__.array_like]
 
     def decode(self, params: bytes) -> Any:
         """``params`` (JSON) as a struct, or None if the strict decoder refuses them."""
@@ -75,7 +73,7 @@ class ParamsDecoder:
     def convert(self, params: dict) -> Any:
         """``params`` (named, decoded JSON) as a struct, or None if the strict structs refuse them
         (the models then decide): msgspec's strict conversion, then :meth:`checked`."""
-        for kind in self._named:
+        for kind in self.kinds:
             try:
                 struct = msgspec.convert(params, kind)
             except (msgspec.ValidationError, RecursionError):
@@ -106,7 +104,7 @@ class ParamsDecoder:
             validated = self.model.model_validate(params)
         except ValidationError as exc:
             raise ParamsError.from_validation(exc) from None
-        for kind in self._named:
+        for kind in self.kinds:
             columns = {}
             for name, record, field in self._repeating[kind]:
                 records = getattr(validated, name)

@@ -19,7 +19,7 @@ from crs_bridge.core.limits import MAX_BYTES
 
 GiB = 1 << 30
 APPLY = {
-    mode: ParamsDecoder(model, True)
+    mode: ParamsDecoder(model)
     for mode, model in (("static", m.StaticApplyParams), ("dynamic", m.DynamicApplyParams))
 }
 

@@ -160,7 +160,7 @@ def _fields(struct: Any) -> bytes:
 def _strictly(spec: Any, variant: Any, params: Any) -> Any:
     """``params`` (decoded JSON) as the strict structs take them, None if they refuse them (or the
     protocol refuses positional params before)."""
-    decoder = STRICT._params[variant.params, spec.positional]
+    decoder = STRICT._params[variant.params]
     try:
         named = _named(spec, variant, params) if type(params) is list else params
     except ParamsError:
@@ -177,7 +177,7 @@ def test_the_strict_structs_take_only_what_the_models_take_with_their_values(req
         struct = _strictly(spec, variant, params)
         if struct is None:
             continue  # the models decide
-        decoder = STRICT._params[variant.params, spec.positional]
+        decoder = STRICT._params[variant.params]
         named = _named(spec, variant, params) if type(params) is list else params
         try:
             by_models = decoder.from_models(named)
