@@ -1,0 +1,91 @@
+"""What handing expanded candidates to the engine costs, per tree, in-process: from the decoded
+params' records to the engine's batch (``wire.candidate_columns`` then ``Scheduler.candidate_batch``,
+the request's "candidates" phase), and the three name columns built as plain lists alone
+(``list(map(attrgetter(field), records))`` per column).
+
+A tree that hands the names over as plain lists pays for the lists and then reads them; one that
+hands over views of the records (``wire.FieldView``, before) pays for neither list but has the engine
+call back into the wire for every row it reads. Each tree runs in a process of its own (its
+``core/`` and ``bridge/`` through PYTHONPATH), the trees alternated round by round so that both see
+the same load; per tree and size, the median over rounds of each round's best of ``--repeat``.
+
+Run: ``.venv/bin/python benchmarks/candidate_step.py OLD_TREE NEW_TREE [--sizes 64x10000,256x100000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from trees import python_path
+
+HERE = Path(__file__).resolve().parent
+
+_CHILD = r"""
+import sys, time
+from operator import attrgetter
+import orjson
+sys.path.insert(0, sys.argv[1])
+from bench_e2e import Cluster, score_request
+from crs_bridge.bridge import models, wire
+from crs_bridge.bridge.wire import ParamsDecoder
+
+nodes, count, repeat = map(int, sys.argv[2:5])
+request = score_request(Cluster(nodes, count, 1), "expanded", "bruteforce")
+params = ParamsDecoder(models.ScoreMigrationsParams).convert(orjson.loads(request)["params"])
+scheduler = wire.snapshot_scheduler(params.usage, "normalized")
+scheduler.view()
+records = params.candidates
+getters = [attrgetter(field) for field in ("sid", "source_node", "target_node")]
+
+
+def best_ms(work):
+    times = []
+    for _ in range(repeat):
+        began = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - began)
+    return min(times) * 1e3
+
+
+step = best_ms(lambda: scheduler.candidate_batch(wire.candidate_columns(records)))
+names = best_ms(lambda: [list(map(get, records)) for get in getters])
+print(step, names)
+"""
+
+
+def measure(path: str, nodes: int, count: int, repeat: int) -> tuple[float, float]:
+    env = dict(os.environ, PYTHONPATH=path)
+    args = [sys.executable, "-c", _CHILD, str(HERE), str(nodes), str(count), str(repeat)]
+    out = subprocess.run(args, env=env, check=True, capture_output=True, text=True).stdout
+    step, names = map(float, out.split())
+    return step, names
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("trees", type=Path, nargs="+", help="source trees (the first is A)")
+    parser.add_argument("--sizes", default="64x10000,256x100000", help="nodes x expanded candidates")
+    parser.add_argument("--rounds", type=int, default=5, help="processes per tree and size")
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs per process (the best is kept)")
+    args = parser.parse_args()
+    paths = [python_path(tree) for tree in args.trees]
+    print(f"load {os.getloadavg()[0]:.2f}; ms, median over {args.rounds} rounds of the best of {args.repeat}")
+    print(f"{'size':>12} {'tree':40} {'batch ms':>9} {'lists ms':>9}")
+    for size in args.sizes.split(","):
+        nodes, count = map(int, size.split("x"))
+        figures: list[list[tuple[float, float]]] = [[] for _ in paths]
+        for _ in range(args.rounds):
+            for i, path in enumerate(paths):
+                figures[i].append(measure(path, nodes, count, args.repeat))
+        for tree, runs in zip(args.trees, figures):
+            step, names = (statistics.median(column) for column in zip(*runs))
+            print(f"{size:>12} {str(tree):40} {step:9.2f} {names:9.2f}")
+
+
+if __name__ == "__main__":
+    main()
