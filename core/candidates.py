@@ -62,7 +62,10 @@ class CandidateColumns:
 
     ``maxcpu`` (cores) and ``maxmem`` (bytes) are the candidates' limits: they play no part in a
     score (only ``cpu`` and ``mem`` move in a what-if) and are checked only when given, as
-    :meth:`of` gives them; None when the caller checked them already (the wire's structs do)."""
+    :meth:`of` gives them; None when the caller checked them already (the wire's structs do).
+
+    The batch keeps ``sids`` as given, not a copy: a caller must not change that list while the
+    batch is in use."""
 
     sids: Sequence[str]
     sources: Sequence[str]
@@ -394,11 +397,10 @@ def _bulk_checked_batch(view: NodeView, columns: CandidateColumns) -> CandidateB
 
 def _columns_batch(view: NodeView, sids: Sequence[str], src, tgt, cpu, mem) -> CandidateBatch:
     # One sid per row (a sid may repeat): numbering distinct sids would cost three passes over
-    # the rows, and only the few rows a scoring returns ever need their sid. The batch has a
-    # list of its own: the caller's may change.
+    # the rows, and only the few rows a scoring returns ever need their sid.
     return CandidateBatch(
         view=view,
-        sids=list(sids),
+        sids=sids,
         sid_index=np.arange(len(sids)),
         src=np.asarray(src, dtype=np.int64),
         tgt=np.asarray(tgt, dtype=np.int64),
