@@ -86,7 +86,8 @@ def plan_rebalance(
     threshold, margin = _required_fraction("threshold", threshold), _required_fraction("margin", margin)
     max_steps = _check_max_steps(max_steps)
     if not isinstance(candidates, CompactColumns):
-        raise InvalidInputError("candidates", "the planner needs compact candidates (bundles with their target nodes)")
+        problem = "the planner needs compact candidates (bundles with their target nodes, as CompactColumns)"
+        raise InvalidInputError("candidates", problem)
     all_bundles = candidates.bundles()
     aggregation, formula = scheduler.balance_view, scheduler.formula
     usage = _copy(scheduler.usage)
