@@ -1,13 +1,14 @@
-"""What handing expanded candidates to the engine costs, per tree, in-process: from the decoded
-params' records to the engine's batch (``wire.candidate_columns`` then ``Scheduler.candidate_batch``,
-the request's "candidates" phase), and the three name columns built as plain lists alone
-(``list(map(attrgetter(field), records))`` per column).
+"""What handing candidates to the engine costs, per tree, in-process: from the decoded params to
+the engine's batch (``wire.candidate_columns`` then ``Scheduler.candidate_batch``, the request's
+"candidates" phase), expanded candidates and bundles; and for expanded ones the three name
+columns built as plain lists alone (``list(map(attrgetter(field), records))`` per column).
 
 A tree that hands the names over as plain lists pays for the lists and then reads them; one that
 hands over views of the records (``wire.FieldView``, before) pays for neither list but has the engine
 call back into the wire for every row it reads. Each tree runs in a process of its own (its
 ``core/`` and ``bridge/`` through PYTHONPATH), the trees alternated round by round so that both see
-the same load; per tree and size, the median over rounds of each round's best of ``--repeat``.
+the same load; per tree and size, the median over rounds of each round's best of ``--repeat``, in
+CPU time of the process (other processes' load moves it less than the wall clock).
 
 Run: ``.venv/bin/python benchmarks/candidate_step.py OLD_TREE NEW_TREE [--sizes 64x10000,256x100000]``.
 """
@@ -35,35 +36,38 @@ from crs_bridge.bridge import models, wire
 from crs_bridge.bridge.wire import ParamsDecoder
 
 nodes, count, repeat = map(int, sys.argv[2:5])
-request = score_request(Cluster(nodes, count, 1), "expanded", "bruteforce")
-params = ParamsDecoder(models.ScoreMigrationsParams).convert(orjson.loads(request)["params"])
+cluster = Cluster(nodes, count, 1)
+decoder = ParamsDecoder(models.ScoreMigrationsParams)
+given = {}
+for form in ("expanded", "compact"):
+    given[form] = decoder.convert(orjson.loads(score_request(cluster, form, "bruteforce"))["params"]).candidates
+params = decoder.convert(orjson.loads(score_request(cluster, "compact", "bruteforce"))["params"])
 scheduler = wire.snapshot_scheduler(params.usage, "normalized")
 scheduler.view()
-records = params.candidates
 getters = [attrgetter(field) for field in ("sid", "source_node", "target_node")]
 
 
 def best_ms(work):
     times = []
     for _ in range(repeat):
-        began = time.perf_counter()
+        began = time.process_time()
         work()
-        times.append(time.perf_counter() - began)
+        times.append(time.process_time() - began)
     return min(times) * 1e3
 
 
-step = best_ms(lambda: scheduler.candidate_batch(wire.candidate_columns(records)))
-names = best_ms(lambda: [list(map(get, records)) for get in getters])
-print(step, names)
+expanded = best_ms(lambda: scheduler.candidate_batch(wire.candidate_columns(given["expanded"])))
+compact = best_ms(lambda: scheduler.candidate_batch(wire.candidate_columns(given["compact"])))
+names = best_ms(lambda: [list(map(get, given["expanded"])) for get in getters])
+print(expanded, compact, names)
 """
 
 
-def measure(path: str, nodes: int, count: int, repeat: int) -> tuple[float, float]:
+def measure(path: str, nodes: int, count: int, repeat: int) -> tuple[float, ...]:
     env = dict(os.environ, PYTHONPATH=path)
     args = [sys.executable, "-c", _CHILD, str(HERE), str(nodes), str(count), str(repeat)]
     out = subprocess.run(args, env=env, check=True, capture_output=True, text=True).stdout
-    step, names = map(float, out.split())
-    return step, names
+    return tuple(map(float, out.split()))
 
 
 def main() -> None:
@@ -75,16 +79,16 @@ def main() -> None:
     args = parser.parse_args()
     paths = [python_path(tree) for tree in args.trees]
     print(f"load {os.getloadavg()[0]:.2f}; ms, median over {args.rounds} rounds of the best of {args.repeat}")
-    print(f"{'size':>12} {'tree':40} {'batch ms':>9} {'lists ms':>9}")
+    print(f"{'size':>12} {'tree':40} {'expanded':>9} {'compact':>9} {'lists':>9}  (ms)")
     for size in args.sizes.split(","):
         nodes, count = map(int, size.split("x"))
-        figures: list[list[tuple[float, float]]] = [[] for _ in paths]
+        figures: list[list[tuple[float, ...]]] = [[] for _ in paths]
         for _ in range(args.rounds):
             for i, path in enumerate(paths):
                 figures[i].append(measure(path, nodes, count, args.repeat))
         for tree, runs in zip(args.trees, figures):
-            step, names = (statistics.median(column) for column in zip(*runs))
-            print(f"{size:>12} {str(tree):40} {step:9.2f} {names:9.2f}")
+            expanded, compact, names = (statistics.median(column) for column in zip(*runs))
+            print(f"{size:>12} {str(tree):40} {expanded:9.2f} {compact:9.2f} {names:9.2f}")
 
 
 if __name__ == "__main__":

@@ -196,36 +196,49 @@ def _ranks(names: Sequence[str]) -> np.ndarray:
     return np.array([rank[name] for name in names], dtype=np.int64)
 
 
-def bundle_stats(usage: Usage, leader_sid: str, members: Sequence[str]) -> tuple[str, ResourceStats]:
-    """Validate the bundle of ``members`` led by ``leader_sid`` as upstream does and return
-    (leader's node, summed stats of the bundle).
+def bundles_usage(
+    usage: Usage, leaders: Sequence[str], members: Sequence[Sequence[str]]
+) -> tuple[list[str], list[float], list[int]]:
+    """Validate bundles as upstream does (bundle ``i``: ``members[i]`` led by ``leaders[i]``) and
+    return, per bundle, the leader's node and the members' running usage summed: (nodes, cpu in
+    cores, mem in bytes).
 
-    Errors (SchedulingError), in upstream's order and words: unknown or non-stationary leader,
-    leader missing from ``resources``, a member unknown, non-stationary, or on another node.
-    Members listed twice are counted twice, as upstream does. The sums are the field-wise left
-    fold from zeros of :meth:`ResourceStats.__add__` (so a lone ``-0.0`` cpu sums to ``0.0``).
+    Errors (SchedulingError), in upstream's order and words, the first failing bundle's: unknown
+    or non-stationary leader, leader missing from its members, a member unknown, non-stationary,
+    or on another node. Members listed twice are counted twice, as upstream does. The sums are the
+    field-wise left fold from zeros of :meth:`ResourceStats.__add__` (so a lone ``-0.0`` cpu sums
+    to ``0.0``); no bound is checked here.
     """
     resource = usage.resource_getter()
-    leader = resource(leader_sid)
-    if leader is None:
-        raise SchedulingError(f"leader '{leader_sid}' is not present in the cluster usage")
-    if leader.is_moving:
-        raise SchedulingError(f"leader '{leader_sid}' is non-stationary")
-    if leader_sid not in members:
-        raise SchedulingError(f"leader '{leader_sid}' is not present in the resources list")
-    # The fold without an object per step.
-    cpu, maxcpu, mem, maxmem = ZERO_RESOURCE.cpu, ZERO_RESOURCE.maxcpu, ZERO_RESOURCE.mem, ZERO_RESOURCE.maxmem
-    for sid in members:
-        member = resource(sid)
-        if member is None:
-            raise SchedulingError(f"resource '{sid}' is not present in the cluster usage")
-        if member.is_moving:
-            raise SchedulingError(f"resource '{sid}' is non-stationary")
-        if member.current != leader.current:
-            raise SchedulingError(f"resource '{sid}' is on other node than leader")
-        stats = member.stats
-        cpu, maxcpu, mem, maxmem = cpu + stats.cpu, maxcpu + stats.maxcpu, mem + stats.mem, maxmem + stats.maxmem
-    return leader.current, ResourceStats(cpu, maxcpu, mem, maxmem)
+    nodes: list[str] = []
+    cpu: list[float] = []
+    mem: list[int] = []
+    for leader_sid, sids in zip(leaders, members):
+        leader = resource(leader_sid)
+        if leader is None:
+            raise SchedulingError(f"leader '{leader_sid}' is not present in the cluster usage")
+        if leader.target is not None:
+            raise SchedulingError(f"leader '{leader_sid}' is non-stationary")
+        if leader_sid not in sids:
+            raise SchedulingError(f"leader '{leader_sid}' is not present in the resources list")
+        node, bundle_cpu, bundle_mem = leader.current, ZERO_RESOURCE.cpu, ZERO_RESOURCE.mem
+        if len(sids) == 1:  # the leader alone, the common bundle, checked above: the fold's one step
+            bundle_cpu, bundle_mem = bundle_cpu + leader.stats.cpu, bundle_mem + leader.stats.mem
+        else:
+            for sid in sids:
+                member = resource(sid)
+                if member is None:
+                    raise SchedulingError(f"resource '{sid}' is not present in the cluster usage")
+                if member.target is not None:
+                    raise SchedulingError(f"resource '{sid}' is non-stationary")
+                if member.current != node:
+                    raise SchedulingError(f"resource '{sid}' is on other node than leader")
+                bundle_cpu += member.stats.cpu
+                bundle_mem += member.stats.mem
+        nodes.append(node)
+        cpu.append(bundle_cpu)
+        mem.append(bundle_mem)
+    return nodes, cpu, mem
 
 
 def expand_compact(usage: Usage, view: NodeView, compact: CompactColumns) -> CandidateBatch:
@@ -233,27 +246,27 @@ def expand_compact(usage: Usage, view: NodeView, compact: CompactColumns) -> Can
     moves the bundle's summed ``cpu`` (cores) and ``mem`` (bytes) from the leader's node.
 
     Any invalid bundle or target fails the whole call (no partial result). Upstream's errors
-    (:func:`bundle_stats`, in bundle order) come first, for the whole list: where upstream
+    (:func:`bundles_usage`, in bundle order) come first, for the whole list: where upstream
     fails anyway, its error wins over crs-bridge's own refusals (a bundle's memory beyond the
     limit, unknown targets and targets equal to the source, product decision 4), which come
     next, in bundle order. No bundles give an empty batch.
     """
     index = view.index()
-    bundles = [bundle_stats(usage, leader, members) for leader, members in zip(compact.leaders, compact.resources)]
-    for i, (_, stats) in enumerate(bundles):
-        if stats.mem > MAX_BYTES:
-            raise InvalidInputError(f"candidates[{i}].resources", f"bundle memory exceeds {MAX_BYTES} bytes")
+    sources, cpu, mem = bundles_usage(usage, compact.leaders, compact.resources)
+    if mem and max(mem) > MAX_BYTES:
+        i = next(i for i, bundle_mem in enumerate(mem) if bundle_mem > MAX_BYTES)
+        raise InvalidInputError(f"candidates[{i}].resources", f"bundle memory exceeds {MAX_BYTES} bytes")
     tgt, counts = _target_positions(index, compact.nodes)
-    src = np.array([index[source] for source, _ in bundles], dtype=np.int64).repeat(counts)
+    src = _node_indices(index, sources).repeat(counts)
     _check_targets(compact.nodes, counts, src, tgt)
     return CandidateBatch(
         view=view,
         sids=list(compact.leaders),
-        sid_index=np.arange(len(bundles), dtype=np.int64).repeat(counts),
+        sid_index=np.arange(len(sources), dtype=np.int64).repeat(counts),
         src=src,
         tgt=tgt,
-        cpu=np.array([stats.cpu for _, stats in bundles], dtype=np.float64).repeat(counts),
-        mem=np.array([stats.mem for _, stats in bundles], dtype=np.int64).repeat(counts),
+        cpu=np.array(cpu, dtype=np.float64).repeat(counts),
+        mem=np.array(mem, dtype=np.int64).repeat(counts),
     )
 
 

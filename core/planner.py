@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .candidates import CompactCandidate, CompactColumns, Migration, bundle_stats, expand_compact
+from .candidates import CompactCandidate, CompactColumns, Migration, bundles_usage, expand_compact
 from .errors import InvalidInputError
 from .explain import ClusterLoad, check_fraction, cluster_load, explain_batch
 from .imbalance import Formula
 from .modes import Scheduler
 from .scheduler import Method, calculate_node_imbalance, check_method
-from .stats import NodeStats, add_running, remove_running
+from .stats import NodeStats, ResourceStats, add_running, remove_running
 from .usage import Resource, Usage
 from .verdicts import HA_MARGIN, HA_THRESHOLD, MAX_STEPS, NO_IMPROVEMENT, PLAN_MAX_STEPS
 
@@ -178,7 +178,8 @@ def _moved(usage: Usage, bundle: CompactCandidate, target: str, dynamic: bool) -
     """A new usage with ``bundle`` moved to ``target``; ``usage`` is left as it is."""
     node_stats = {}
     if dynamic:
-        source, stats = bundle_stats(usage, bundle.leader, bundle.resources)
+        (source,), (cpu,), (mem,) = bundles_usage(usage, [bundle.leader], [bundle.resources])
+        stats = ResourceStats(cpu, 0.0, mem, 0)  # only the running usage moves (remove_running, add_running)
         node_stats = {
             source: remove_running(usage.node_stats(source), stats),
             target: add_running(usage.node_stats(target), stats),
