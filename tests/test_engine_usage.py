@@ -23,7 +23,7 @@ from crs_bridge.core import (
 )
 from crs_bridge.core.candidates import Migration, MigrationCandidate
 from crs_bridge.core.limits import MAX_BYTES, MAX_CORES
-from crs_bridge.core.usage import Aggregation, Resource
+from crs_bridge.core.usage import Aggregation, Resource, Usage
 from tests import columns
 from tests import reference as ref
 
@@ -204,6 +204,29 @@ def test_add_resources_equals_adding_one_by_one(make, failure):
     if failure is not None:
         assert outcome[0] is failure[1] and (failure[2] is None or outcome[1] == failure[2])
     assert snapshot(bulk) == snapshot(single)
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [(None, None), ("B", "node 'B' already exists"), ("", None)],
+)
+def test_add_nodes_equals_adding_one_by_one(bad, error):
+    """The snapshot's nodes in one call: the state, and the first error, of adding them one by one
+    (the nodes before the failing one stay added)."""
+    stats = NodeStats.checked(1.0, 8, GiB, 16 * GiB)
+    rows = [("A", stats), ("B", stats), *([(bad, stats)] if bad is not None else []), ("C", stats)]
+    bulk, single = Usage(), Usage()
+
+    def one_by_one() -> None:
+        for name, node in rows:
+            single.add_node(name, node)
+
+    outcome = _outcome(lambda: bulk.add_nodes(rows))
+    assert outcome == _outcome(one_by_one)
+    if bad is not None:
+        assert outcome is not None and (error is None or outcome[1] == error)
+    assert bulk.node_names() == single.node_names() == (["A", "B"] if bad is not None else ["A", "B", "C"])
+    assert bulk.view(Aggregation.IDENTITY).loads().tolist() == single.view(Aggregation.IDENTITY).loads().tolist()
 
 
 def test_add_resources_checks_stats():
