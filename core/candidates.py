@@ -1,5 +1,7 @@
-"""Migration candidates: the compact (bundle) form the HA manager builds, its expansion, and the
-columnar :class:`CandidateBatch` every scorer works on."""
+"""Migration candidates: the compact (bundle) form the HA manager builds and the expanded form, each
+as the engine takes it (columns: :class:`CompactColumns`, :class:`CandidateColumns`; ``of()`` makes
+them of lists of candidate objects), the expansion, and the columnar :class:`CandidateBatch` every
+scorer works on."""
 
 from __future__ import annotations
 
@@ -80,9 +82,9 @@ class CandidateColumns:
 
     @classmethod
     def of(cls, candidates: Sequence[MigrationCandidate]) -> CandidateColumns:
-        """The columns of candidate objects (an in-process caller's list), limits included: every
-        field of their stats is checked, as :meth:`ResourceStats.checked` would (typed stats can be
-        built without it). An empty list gives empty columns."""
+        """The columns of candidate objects (an in-process caller's list), limits included, so that
+        the batch checks every field of their stats as :meth:`ResourceStats.checked` would (typed
+        stats can be built without it). An empty list gives empty columns."""
         migrations = [cand.migration for cand in candidates]
         stats = [cand.stats for cand in candidates]
         return cls(
