@@ -86,7 +86,7 @@ print(expanded, compact, names)
 
 def measure(path: str, kind: str, nodes: int, count: int, repeat: int) -> tuple[float, ...]:
     env = dict(os.environ, PYTHONPATH=path)
-    args = [sys.executable, "-c", _CHILD, str(HERE), str(nodes), str(count), str(repeat), kind]
+    args = [sys.executable, "-P", "-c", _CHILD, str(HERE), str(nodes), str(count), str(repeat), kind]
     out = subprocess.run(args, env=env, check=True, capture_output=True, text=True).stdout
     return tuple(map(float, out.split()))
 

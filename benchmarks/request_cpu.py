@@ -48,7 +48,7 @@ sys.stdout.buffer.write(b"%f\n" % (best * 1e3) + answer)
 
 def measure(path: str, nodes: int, count: int, form: str, method: str, repeat: int) -> tuple[float, bytes]:
     """(best CPU ms, the answer) of one process running ``path``'s tree."""
-    args = [sys.executable, "-c", _CHILD, str(HERE), str(nodes), str(count), form, method, str(repeat)]
+    args = [sys.executable, "-P", "-c", _CHILD, str(HERE), str(nodes), str(count), form, method, str(repeat)]
     out = subprocess.run(args, env=dict(os.environ, PYTHONPATH=path), check=True, capture_output=True).stdout
     ms, answer = out.split(b"\n", 1)
     return float(ms), answer

@@ -6,7 +6,7 @@ scorer works on."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -259,7 +259,7 @@ def expand_compact(usage: Usage, view: NodeView, compact: CompactColumns) -> Can
         i = next(i for i, bundle_mem in enumerate(mem) if bundle_mem > MAX_BYTES)
         raise InvalidInputError(f"candidates[{i}].resources", f"bundle memory exceeds {MAX_BYTES} bytes")
     tgt, counts = _target_positions(index, compact.nodes)
-    src = _node_indices(index, sources).repeat(counts)
+    src = _node_indices(index, sources, len(sources)).repeat(counts)
     _check_targets(compact.nodes, counts, src, tgt)
     return CandidateBatch(
         view=view,
@@ -287,12 +287,9 @@ def _check_targets(nodes: Sequence[Sequence[str]], counts: np.ndarray | int, src
     raise InvalidInputError(f"candidates[{i}].nodes[{k}]", problem)
 
 
-def _node_indices(index: dict[str, int], names: Sequence[str]) -> np.ndarray:
-    """Positions of ``names`` in the view, -1 for an unknown name."""
-    try:  # the common case, all known: a C-level loop
-        return np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=len(names))
-    except KeyError:
-        return np.array([index.get(name, -1) for name in names], dtype=np.int64)
+def _node_indices(index: dict[str, int], names: Iterable[str], count: int) -> np.ndarray:
+    """Positions of the ``count`` ``names`` in the view, -1 for an unknown name (one pass, in C)."""
+    return np.fromiter(map(index.get, names, itertools.repeat(-1)), dtype=np.int64, count=count)
 
 
 def _target_positions(index: dict[str, int], nodes: Sequence[Sequence[str]]) -> tuple[np.ndarray, np.ndarray | int]:
@@ -311,7 +308,7 @@ def _target_positions(index: dict[str, int], nodes: Sequence[Sequence[str]]) -> 
     # The distinct lists one after the other, looked up in one pass (not one per list: a round
     # of bundles with hundreds of distinct lists of a few dozen names each spent more time
     # starting the passes than in them).
-    table = _node_indices(index, list(itertools.chain.from_iterable(distinct)))
+    table = _node_indices(index, itertools.chain.from_iterable(distinct), sum(widths))
     width = widths[0]
     if widths.count(width) == len(widths):
         # Lists of one length (all nodes but the guest's own) are a table's rows: one gather.
@@ -394,7 +391,7 @@ def _bulk_checked_batch(view: NodeView, columns: CandidateColumns) -> CandidateB
     """The batch if every row passes; raises the first failing row's error; None when the
     columns hold values the bulk checks cannot judge (not plain numbers)."""
     index = view.index()
-    src, tgt = _node_indices(index, columns.sources), _node_indices(index, columns.targets)
+    src, tgt = _node_indices(index, columns.sources, len(columns)), _node_indices(index, columns.targets, len(columns))
     bad = (src < 0) | (tgt < 0) | (tgt == src)
     stats = {}
     for name, as_array, ok, _ in _STATS_COLUMNS:
