@@ -18,6 +18,8 @@ from .transport import DEFAULT_MAX_MESSAGE_BYTES
 
 #: orjson refuses JSON nested deeper than this (in C, without recursion in Python).
 ORJSON_MAX_DEPTH = 1024
+#: orjson reads integers up to this exactly, larger ones as floats.
+ORJSON_MAX_INT = 2**64 - 1
 
 
 #: What each limit of :class:`ServerLimits` bounds: ``bridge.info``'s schema and ``crs-bridge serve
