@@ -1,12 +1,12 @@
 """What the wire layer's speed choices cost and save, in-process (docs/performance.md cites these).
 
-1. Decoding a score request's params: orjson, then msgspec's strict conversion into the generated
-   structs (the server's way), against orjson alone and orjson followed by the pydantic models
-   (expanded candidates).
-2. Compact candidates' target lists kept as JSON text and decoded once per distinct text (what a
-   decoder straight into structs could do), against decoding every list (the server's way, since
-   jsonrpcserver hands the methods decoded JSON; 48 nodes, 10000 bundles, as an HA round at
-   48 x 10000 sends them).
+1. Decoding a score request's params: msgspec straight from JSON into the generated structs (the
+   server's way), against orjson then msgspec's conversion of the decoded JSON into them (the way
+   before), orjson alone, and orjson followed by the pydantic models (the lax way; expanded
+   candidates).
+2. Compact candidates' target lists kept as JSON text and decoded once per distinct text, against
+   decoding every list (the server's way; 48 nodes, 10000 bundles, as an HA round at 48 x 10000
+   sends them).
 3. ``scheduler.apply``: the copy of a usage that a call works on, and a run of guest adds in one
    engine call (``Usage.add_resources``) against one ``add_resource`` at a time.
 
@@ -49,12 +49,22 @@ def decoding(nodes: int, count: int) -> None:
     decoder = ParamsDecoder(model)
     request = score_request(Cluster(nodes, count, 1), "expanded", "bruteforce")
     params = orjson.dumps(orjson.loads(request)["params"])
-    strict = best_ms(lambda: decoder.convert(orjson.loads(params)))
+
+    def converted() -> object:
+        for kind in decoder.kinds:  # as the decoder tries them
+            try:
+                return decoder.checked(msgspec.convert(orjson.loads(params), kind))
+            except msgspec.ValidationError:
+                continue
+        raise AssertionError("no struct takes the params")
+
+    straight = best_ms(lambda: decoder.decode(params))
+    conversion = best_ms(converted)
     plain = best_ms(lambda: orjson.loads(params))
     validated = best_ms(lambda: model.model_validate(orjson.loads(params)), runs=3)
     print(
-        f"decode {nodes}x{count} expanded: orjson + msgspec structs {strict:.1f}, orjson {plain:.1f}, "
-        f"orjson + pydantic {validated:.1f}"
+        f"decode {nodes}x{count} expanded: msgspec structs from JSON {straight:.1f}, orjson + conversion into "
+        f"them {conversion:.1f}, orjson {plain:.1f}, orjson + pydantic {validated:.1f}"
     )
 
 

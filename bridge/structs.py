@@ -42,10 +42,10 @@ _VALIDATORS = {
 }
 #: Fields whose lists repeat from record to record (an HA round's bundles list every node but the
 #: guest's own: a few dozen distinct lists for thousands of bundles). The strict structs take each
-#: as a tuple; :meth:`ParamsDecoder.checked` numbers the distinct tuples and hands a list of such
-#: records over as the engine's columns (:data:`COLUMNS`), the field a
-#: :class:`~core.candidates.RepeatedLists`: the engine looks each distinct list up once, and no
-#: record is touched again.
+#: as its JSON text; :meth:`ParamsDecoder.checked` numbers the distinct texts, decodes each once
+#: (as :data:`TEXTS` types it) and hands a list of such records over as the engine's columns
+#: (:data:`COLUMNS`), the field a :class:`~core.candidates.RepeatedLists`: the engine looks each
+#: distinct list up once, and no record is touched again.
 REPEATING = {(rec.CompactCandidate, "nodes")}
 
 
@@ -190,7 +190,7 @@ def struct_of(
             if model not in COLUMNS:
                 raise TypeError(f"the strict decoder has no columns for {model.__name__}'s repeating {name}")
             TEXTS.setdefault(model, {})[name] = kind
-            kind = tuple[(get_args(kind)[0], ...)]  # hashable: numbered by value
+            kind = msgspec.Raw
         if info.is_required():
             fields.append((name, kind))
         else:
@@ -229,7 +229,8 @@ def nesting(kind: Any) -> int:
     if get_origin(kind) in (list, tuple):
         return 1 + max(map(nesting, get_args(kind)), default=0)
     if kind in FIELDS:
-        return 1 + max((nesting(field[1]) for field in FIELDS[kind]), default=0)
+        texts = TEXTS.get(kind, {})  # decoded as this type, or refused
+        return 1 + max((nesting(texts.get(field[0], field[1])) for field in FIELDS[kind]), default=0)
     return 0
 
 
@@ -238,7 +239,7 @@ def nesting(kind: Any) -> int:
 FIELDS: dict[type, list[tuple]] = {}
 
 
-#: Model or struct -> its :data:`REPEATING` fields -> their type.
+#: Model or struct -> its :data:`REPEATING` fields -> their type (the struct's field: its JSON text).
 TEXTS: dict[type, dict[str, Any]] = {}
 
 #: Record struct with a :data:`REPEATING` field -> its columns' maker (:data:`COLUMNS`).
