@@ -4,9 +4,9 @@
    server's way), against orjson then msgspec's conversion of the decoded JSON into them (the way
    before), orjson alone, and orjson followed by the pydantic models (the lax way; expanded
    candidates).
-2. Compact candidates' target lists kept as JSON text and decoded once per distinct text, against
-   decoding every list (the server's way; 48 nodes, 10000 bundles, as an HA round at 48 x 10000
-   sends them).
+2. Compact candidates' target lists kept as JSON text and decoded once per distinct text (the
+   server's way), against decoding every list (48 nodes, 10000 bundles, as an HA round at
+   48 x 10000 sends them).
 3. ``scheduler.apply``: the copy of a usage that a call works on, and a run of guest adds in one
    engine call (``Usage.add_resources``) against one ``add_resource`` at a time.
 

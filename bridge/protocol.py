@@ -26,6 +26,7 @@ handler of :func:`bridge.transport.serve_frames`: a frame's answer, whatever hap
 from __future__ import annotations
 
 import gc
+import inspect
 import logging
 from typing import Annotated, Any, Literal, NamedTuple
 
@@ -376,8 +377,8 @@ class Protocol:
 
     def _method(self, spec: MethodSpec) -> Any:
         """The entry of :attr:`methods` for ``spec``: jsonrpcserver passes its context (the state
-        this protocol holds) and the params (an array's elements, or an object's members); the
-        answer is a jsonrpcserver Result."""
+        this protocol holds) and the params (the strict way's :class:`Decoded`, an array's
+        elements, or an object's members); the answer is a jsonrpcserver Result."""
 
         def method(state: State, /, *args: Any, **kwargs: Any) -> Result:
             try:
@@ -386,6 +387,8 @@ class Protocol:
                 code, message, data = error_for(exc)
                 return Error(code, message) if data is None else Error(code, message, data)
 
+        # jsonrpcserver binds the arguments to the method's signature at every call: read it once.
+        method.__signature__ = inspect.signature(method)
         return method
 
     def _call(self, spec: MethodSpec, params: Decoded | list | dict) -> Any:
