@@ -9,6 +9,9 @@
    48 x 10000 sends them).
 3. ``scheduler.apply``: the copy of a usage that a call works on, and a run of guest adds in one
    engine call (``Usage.add_resources``) against one ``add_resource`` at a time.
+4. A small request from its bytes to its answer's (``Protocol.handle``, in process): an imbalance
+   query on a scheduler of 4 nodes, the strict way and the lax way (the models), and what
+   jsonrpcserver's dispatch takes of it (with the method's work, but not the decode).
 
 Run: ``.venv/bin/python benchmarks/wire_costs.py``; best of several runs, in ms.
 """
@@ -23,6 +26,7 @@ from pathlib import Path
 
 import msgspec
 import orjson
+from jsonrpcserver import dispatch_to_serializable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_e2e import Cluster, score_request  # noqa: E402
@@ -132,9 +136,42 @@ def applying(nodes: int, guests: int) -> None:
     )
 
 
+def handling() -> None:
+    from crs_bridge.bridge.protocol import Protocol
+    from crs_bridge.bridge.schedulers import State
+
+    protocol = Protocol(State())
+    protocol.handle(b'{"jsonrpc":"2.0","id":1,"method":"scheduler.new","params":{"mode":"static","scheduler":"s"}}')
+    nodes = ",".join(f'["add_node","n{i}",16,68719476736]' for i in range(4))
+    protocol.handle(
+        b'{"jsonrpc":"2.0","id":2,"method":"scheduler.apply","params":{"scheduler":"s","mutations":[%s]}}'
+        % nodes.encode()
+    )
+    query = b'{"jsonrpc":"2.0","id":3,"method":"scheduler.calculate_node_imbalance","params":{"scheduler":"s"}}'
+    decoded = protocol._strictly(query)
+    calls = 2000
+
+    def per_call_us(work: Callable[[], object]) -> float:
+        return best_ms(lambda: [work() for _ in range(calls)]) * 1e3 / calls
+
+    strict = per_call_us(lambda: protocol.handle(query))
+    dispatch = per_call_us(
+        lambda: dispatch_to_serializable(
+            query, protocol.methods, context=protocol.state, deserializer=lambda _: decoded, validator=lambda _: None
+        )
+    )
+    protocol._strictly = lambda message: None
+    lax = per_call_us(lambda: protocol.handle(query))
+    print(
+        f"a small request in process, us: the strict way {strict:.1f}, the lax way {lax:.1f}; "
+        f"jsonrpcserver's dispatch with the call {dispatch:.1f}"
+    )
+
+
 if __name__ == "__main__":
     decoding(64, 10000)
     decoding(256, 100000)
     target_lists()
     applying(4, 300)
     applying(48, 10000)
+    handling()
