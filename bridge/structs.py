@@ -2,7 +2,7 @@
 
 The pydantic models are the one declaration of every wire shape. From each model this module
 generates a msgspec struct with the model's field names, wire names (aliases), types, bounds and
-defaults, so that msgspec can convert a request's decoded params into them (:mod:`bridge.wire`),
+defaults, so that msgspec can decode a request's params straight into them (:mod:`bridge.wire`),
 checking every value. The structs are strict: they refuse what the models accept only
 by changing the value (an integral float as a byte count, ``running`` by Perl truthiness, an
 unknown key they ignore); such requests go to the models.
