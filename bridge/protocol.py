@@ -217,8 +217,8 @@ def _with_exact_integers(message: bytes, decoded: Any) -> Any:
 
 class _Request(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """A valid JSON-RPC request, its params left as JSON text. Its id is one that orjson reads as
-    sent: a float id, or an integer beyond 64 bits, is left to the lax way
-    (:func:`_with_exact_integers`)."""
+    sent (a string, null, an int64): a float id, or an integer beyond (orjson reads those beyond
+    64 bits as floats), is left to the lax way (:func:`_with_exact_integers`)."""
 
     jsonrpc: Literal["2.0"]
     method: str
