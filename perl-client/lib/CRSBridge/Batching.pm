@@ -57,7 +57,8 @@ use constant APPLY_MAX => 10000;
 sub new {
     my ($class) = @_;
     # pending: entries journaled since the last flush; due: how many make the next flush due;
-    # run: entries journaled since the last call's flush; expected: the last run's count if it
+    # run: entries journaled since the last call's flush, but for the pending ones (counted once,
+    # each entry in pending alone); expected: the last run's count if it
     # had at least FIRST_CHUNK, else 0; frees: handles to free; batches: sent, not yet answered.
     return bless { pending => 0, due => FIRST_CHUNK, run => 0, expected => 0, frees => [], batches => [] }, $class;
 }
@@ -70,6 +71,7 @@ A new server: nothing is awaited from it, nothing is to be freed on it.
 
 sub new_server {
     my ($self) = @_;
+    $self->{run} += $self->{pending};
     @$self{qw(pending frees batches)} = (0, [], []);
     return;
 }
@@ -81,9 +83,7 @@ An entry was journaled; true when a flush is due.
 =cut
 
 sub journaled {
-    my ($self) = @_;
-    $self->{run}++;
-    return ++$self->{pending} >= $self->{due};
+    return ++$_[0]{pending} >= $_[0]{due};
 }
 
 =item free($handle)
@@ -110,6 +110,7 @@ C<($line, $next_id)>.
 
 sub batch {
     my ($self, $remotes, $srv, $id, $ends_run) = @_;
+    $self->{run} += $self->{pending};
     $self->{due} = $self->_next_due($ends_run);
     $self->{pending} = 0;
     my $first = $id;

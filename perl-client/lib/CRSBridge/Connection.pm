@@ -149,7 +149,7 @@ nothing is sent: the next call replaces the server and replays every journal any
 
 sub journaled {
     # (A forked child counts in the connection it inherited; its own sends.)
-    return if !($CURRENT // instance())->{batching}->journaled;
+    return if !CRSBridge::Batching::journaled(($CURRENT // instance())->{batching});
     instance()->_flush_quietly;
     return;
 }

@@ -228,14 +228,13 @@ once the server has accepted it).
 =cut
 
 sub add_resource {
-    my ($self, $sid, $current, $target, $maxmem, $entry, $risky) = @_;
+    my ($self, $sid, $current, $target, $maxmem) = @_;    # then $entry, $risky (not copied: one per guest)
     my $error = _resource_error($self, $sid, $current, $target);
     die $error if defined $error;
-    return 0 if !$risky && memory_risk($self, $maxmem);
+    return 0 if !$_[6] && memory_risk($self, $maxmem);
     my $placement = defined $target ? [ $current, $target ] : $current;
-    my @entry = defined $entry ? $entry : ();
     # One statement: a signal handler that dies (an alarm) finds the add made or not at all.
-    $self->{res}{$sid} = $placement, $self->{bound} += $maxmem, push @{ $self->{journal} }, @entry;
+    $self->{res}{$sid} = $placement, $self->{bound} += $maxmem, push @{ $self->{journal} }, _entry($_[5]);
     return 1;
 }
 

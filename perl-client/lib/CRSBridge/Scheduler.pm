@@ -12,7 +12,7 @@ use CRSBridge::Config;
 use CRSBridge::Connection;
 use CRSBridge::Mirror;
 use CRSBridge::Planning;
-use CRSBridge::Records qw(candidates_param candidates_list resource_args);
+use CRSBridge::Records qw(candidates_param candidates_list plain_resource resource_args);
 use CRSBridge::Recorder;
 use Scalar::Util ();
 
@@ -91,15 +91,18 @@ sub _mutate {
 # decoders judge them as perlmod does).
 sub _resource_adder {
     my ($method, $param) = @_;
+    my $mode = $method eq 'add_service' ? 'static' : 'dynamic';
+    my $plain = plain_resource($mode, $method);
     return sub {
         check_arity($method, \@_, 'this', 'sid', $param) if @_ != 3;
         my $st = ref $_[0] && _reftype($_[0]) eq 'HASH' && $_[0]{_crs} || _state($_[0]);    # (_state, without its call)
-        my ($args, $refused, @add) = resource_args($_[1], $_[2], $st->{mode}, $param);
-        # _mutate's common case, one per guest and round, without its call: a value the server
-        # takes, a usable object, an add the mirror records (or dies for, with upstream's message).
+        # The common case, one per guest and round: the common shape (which decodes without
+        # error and the server takes), a usable object, an add the mirror records (or dies for,
+        # with upstream's message); else _mutate, which dies saying why or sends it as a call.
         return CRSBridge::Connection::journaled()
-            if !$refused && $st->{remote}->usable && $st->{mirror}->add_resource(@add, '["' . $method . '",' . $args . ']');
-        _mutate($st, $method, $args, $refused, add_resource => @add);    # dies saying why, or sends it as a call
+            if CRSBridge::Remote::usable($st->{remote}) && $plain->($_[1], $_[2], $st->{mirror});
+        my ($args, $refused, @add) = resource_args($_[1], $_[2], $mode, $param);
+        _mutate($st, $method, $args, $refused, add_resource => @add);
         return;
     };
 }
