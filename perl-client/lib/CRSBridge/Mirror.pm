@@ -132,14 +132,12 @@ for a static node), counted in the bound.
 sub add_node {
     my ($self, $name, $mem, $entry) = @_;
     $self->check_node($name);
-    my ($bytes, @entry) = ($mem // 0, _entry($entry));
+    my ($bytes, @entry) = ($mem // 0, grep defined, $entry);
     $self->{nodes}{$name} = 1, $self->{bound} += $bytes, push(@{ $self->{order} }, $name),
         push @{ $self->{journal} }, @entry;
     return 1;
 }
 
-# The entry as a list to push: none for undef.
-sub _entry { return defined $_[0] ? ($_[0]) : () }
 
 =item check($op, @args)
 
@@ -184,7 +182,7 @@ sub remove_node {
             $res{$sid} = $current eq $name ? $target : $current;
         }
     }
-    my ($order, @entry) = ([ grep { $_ ne $name } @{ $self->{order} } ], _entry($entry));
+    my ($order, @entry) = ([ grep { $_ ne $name } @{ $self->{order} } ], grep defined, $entry);
     delete $self->{nodes}{$name}, @$self{qw(order res)} = ($order, \%res), push @{ $self->{journal} }, @entry;
     return 1;
 }
@@ -234,7 +232,7 @@ sub add_resource {
     return 0 if !$_[6] && memory_risk($self, $maxmem);
     my $placement = defined $target ? [ $current, $target ] : $current;
     # One statement: a signal handler that dies (an alarm) finds the add made or not at all.
-    $self->{res}{$sid} = $placement, $self->{bound} += $maxmem, push @{ $self->{journal} }, _entry($_[5]);
+    $self->{res}{$sid} = $placement, $self->{bound} += $maxmem, push @{ $self->{journal} }, grep defined, $_[5];
     return 1;
 }
 
@@ -245,7 +243,7 @@ sub add_resource {
 sub remove_resource {
     my ($self, $sid, $entry) = @_;
     return 0 if !exists $self->{res}{$sid};
-    my @entry = _entry($entry);
+    my @entry = grep defined, $entry;
     delete $self->{res}{$sid}, push @{ $self->{journal} }, @entry;
     return 1;
 }
@@ -263,7 +261,7 @@ sub legacy_add {
     my ($self, $node, $sid, $maxmem, $entry) = @_;
     return $self->add_resource($sid, $node, undef, $maxmem, $entry, 1) if !exists $self->{res}{$sid};
     $self->check_legacy_add($node, $sid);
-    my ($placement, @entry) = ([ $self->{res}{$sid}, $node ], _entry($entry));
+    my ($placement, @entry) = ([ $self->{res}{$sid}, $node ], grep defined, $entry);
     $self->{res}{$sid} = $placement, push @{ $self->{journal} }, @entry;
     return 1;
 }
