@@ -38,7 +38,7 @@ upstream's crate), and perl-client/t/mirror.t and static.t hold the two together
 
 =item * C<add_resource>: a duplicate sid, then the placement: unknown current node
 (stationary), same current and target node, unknown nodes (moving)
-(C<Usage.check_resource>, C<_check_placement>; here C<_resource_error>).
+(C<Usage.check_resource>, C<_check_placement>; here C<add_resource>).
 
 =item * C<legacy_add> (Static's C<add_service_usage_to_node>): an unknown sid is added
 stationary, a stationary one starts moving, a moving one dies
@@ -190,46 +190,42 @@ sub remove_node {
 =item check_resource($sid, $current, $target)
 
 Upstream's checks for adding a resource, in upstream's order: duplicate sid, unknown
-current node (stationary), same current and target node, unknown nodes (moving).
+current node (stationary), same current and target node, unknown nodes (moving)
+(C<add_resource>'s, without the add).
 
 =cut
 
 sub check_resource {
     my ($self, $sid, $current, $target) = @_;
-    my $error = _resource_error($self, $sid, $current, $target);
-    die $error if defined $error;
+    $self->add_resource($sid, $current, $target, 0, undef, 'check');
     return;
 }
 
-# The message of check_resource, or undef; the placement's alone with $placed.
-sub _resource_error {
-    my ($self, $sid, $current, $target, $placed) = @_;
-    return "resource '$sid' already exists\n" if !$placed && exists $self->{res}{$sid};
-    my $nodes = $self->{nodes};
-    if (!defined $target) {
-        return "current node for resource '$sid' does not exist\n" if !exists $nodes->{$current};
-    } elsif ($current eq $target) {
-        return "resource '$sid' has the same current and target node\n";
-    } elsif (!exists $nodes->{$current} || !exists $nodes->{$target}) {
-        return "nodes for resource '$sid' do not exist\n";
-    }
-    return undef;
-}
-
-=item add_resource($sid, $current, $target, $maxmem, $entry, $risky)
+=item add_resource($sid, $current, $target, $maxmem, $entry, $how)
 
 Checks (C<check_resource>) and records the placement (C<$target> undef: stationary) and the
-resource's C<$maxmem> bytes; returns true. Unless C<$risky>: an add at C<memory_risk> records
-nothing and returns false (the caller sends it as a single call, and records it with C<$risky>
-once the server has accepted it).
+resource's C<$maxmem> bytes; returns true. An add at C<memory_risk> records nothing and returns
+false (the caller sends it as a single call, and records it with C<$how> 1, risky, once the
+server has accepted it). C<$how> 'check': the checks alone (C<check_resource>); 'move': the
+placement's checks alone (a known stationary resource that starts moving, C<legacy_add>).
 
 =cut
 
 sub add_resource {
-    my ($self, $sid, $current, $target, $maxmem) = @_;    # then $entry, $risky (not copied: one per guest)
-    my $error = _resource_error($self, $sid, $current, $target);
-    die $error if defined $error;
-    return 0 if !$_[6] && memory_risk($self, $maxmem);
+    my ($self, $sid, $current, $target, $maxmem) = @_;    # then $entry, $how: read in @_ (one add per guest)
+    my ($how, $nodes) = ($_[6] // '', $self->{nodes});
+    # Upstream's checks, in its order: written here alone, the add's own (one per guest) costing
+    # no call.
+    die "resource '$sid' already exists\n" if $how ne 'move' && exists $self->{res}{$sid};
+    if (!defined $target) {
+        die "current node for resource '$sid' does not exist\n" if !exists $nodes->{$current};
+    } elsif ($current eq $target) {
+        die "resource '$sid' has the same current and target node\n";
+    } elsif (!exists $nodes->{$current} || !exists $nodes->{$target}) {
+        die "nodes for resource '$sid' do not exist\n";
+    }
+    return 1 if $how eq 'check' || $how eq 'move';
+    return 0 if !$how && memory_risk($self, $maxmem);
     my $placement = defined $target ? [ $current, $target ] : $current;
     # One statement: a signal handler that dies (an alarm) finds the add made or not at all.
     $self->{res}{$sid} = $placement, $self->{bound} += $maxmem, push @{ $self->{journal} }, grep defined, $_[5];
@@ -271,8 +267,7 @@ sub check_legacy_add {
     my $placement = $self->{res}{$sid};
     return $self->check_resource($sid, $node) if !defined $placement;
     die "resource '$sid' is already moving to target node '$placement->[1]'\n" if ref $placement;
-    my $error = _resource_error($self, $sid, $placement, $node, 1);
-    die $error if defined $error;
+    $self->add_resource($sid, $placement, $node, 0, undef, 'move');
     return;
 }
 
