@@ -76,13 +76,16 @@ sub instance {
     # live: id -> CRSBridge::Remote of every live object of this process; servers: servers
     # started so far, to tell a handle's server apart from the current one; objects: objects
     # created so far (their ids); busy: an exchange is unfinished (see INTERRUPTED CALLS);
-    # created: kinds (Remote::kind) created on this server; answer: the last answer line.
+    # created: kinds (Remote::kind) created on this server; answer: the last answer line;
+    # journaled: entries journaled since the last batch, due: how many make the next batch due
+    # (CRSBridge::Batching::due).
     return $CURRENT = bless {
         pid => $$, proc => undef, srv => '', number => 0, next_id => 1, busy => 0, created => {},
         live => $inherited ? $inherited->{live} : {},
         servers => $inherited ? $inherited->{servers} : 0,
         objects => $inherited ? $inherited->{objects} : 0,
         batching => CRSBridge::Batching->new, memo => CRSBridge::Memo->new, answer => undef,
+        journaled => 0, due => CRSBridge::Batching::FIRST_CHUNK,
     }, __PACKAGE__;
 }
 
@@ -140,16 +143,18 @@ sub create {
 
 =item journaled()
 
-A function: an entry was journaled by a mirror; sends the unsent entries when a batch is due
-(see L<CRSBridge::Batching/FLUSH POLICY>). A dead server does not fail the mutation (the next
-call notices it, starts a new server and restores everything); after an interrupted exchange
+A function: an entry was journaled by a mirror; counted, and once as many as
+L<CRSBridge::Batching/due> say, the unsent entries are sent (see
+L<CRSBridge::Batching/FLUSH POLICY>). A dead server does not fail the mutation (the next call
+notices it, starts a new server and restores everything); after an interrupted exchange
 nothing is sent: the next call replaces the server and replays every journal anyway.
 
 =cut
 
 sub journaled {
     # (A forked child counts in the connection it inherited; its own sends.)
-    return if !CRSBridge::Batching::journaled(($CURRENT // instance())->{batching});
+    my $self = $CURRENT // instance();
+    return if ++$self->{journaled} < $self->{due};
     instance()->_flush_quietly;
     return;
 }
@@ -174,7 +179,9 @@ sub _flush {
     return if !$self->{proc};
     my $live = $self->{live};
     my @remotes = map { $live->{$_} } sort { $a <=> $b } keys %$live;
-    my ($line, $next_id) = $self->{batching}->batch(\@remotes, $self->{srv}, $self->{next_id}, $ends_run);
+    my $batching = $self->{batching};
+    my ($line, $next_id) = $batching->batch(\@remotes, $self->{srv}, $self->{next_id}, $ends_run);
+    @$self{qw(journaled due)} = (0, $batching->due);
     return if !defined $line;
     utf8::encode($line);
     $self->{next_id} = $next_id;
@@ -401,6 +408,7 @@ sub _ensure_server {
     $self->{srv} = "$self->{servers}/$$";
     $self->{created} = {};
     $self->{batching}->new_server;
+    $self->{journaled} = 0;
     $self->{busy} = 1;
     my $live = $self->{live};
     $self->{next_id} = CRSBridge::Restore::restore($self->{proc}, [ map { $live->{$_} } sort { $a <=> $b } keys %$live ],
