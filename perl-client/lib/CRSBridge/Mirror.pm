@@ -20,7 +20,7 @@ and the object's journal; nothing of the usage arithmetic, which the server alon
 
 =item * where each resource is placed: its node, or its current and target node while it moves;
 
-=item * a bound on memory (see C<memory_risk>): one number, never a node's usage;
+=item * a bound on memory (see C<add_resource>): one number, never a node's usage;
 
 =item * the journal: every mutation accepted, in order, each the JSON text C<[method, args...]>
 of one C<scheduler.apply> entry. It is the object's whole state: a new server gets it replayed,
@@ -75,7 +75,7 @@ sub new {
     # order: node names in insertion order; nodes: name -> 1; res: sid -> its node (a stationary
     # resource: a string, no array per guest) or [current, target] (a moving one). No index of
     # each node's resources: only remove_node needs one, and it is rare, while adds are many.
-    # bound: see memory_risk; journal: see the top.
+    # bound: see MEMORY_RISK; journal: see the top.
     return bless { order => [], nodes => {}, res => {}, bound => 0, journal => [] }, $class;
 }
 
@@ -87,22 +87,15 @@ The journal (an array reference, to read, never to change): every mutation accep
 
 sub journal { return $_[0]{journal} }
 
-=item memory_risk($maxmem)
-
-Whether adding a resource of C<$maxmem> bytes might take a node past the server's limit on
-a node's memory (2**62 - 1 bytes): the caller then sends the add as a single call, so that
-the server decides and its refusal reaches the caller, not a later call. The mirror does not
-count a node's memory (the server does, C<Usage._check_memory>); it keeps one loose bound,
-C<bound>: the memory in use of every node added plus the maxmem of every resource added,
-each once (also where it counts on two nodes), never decreased. No node's memory, as the
-server counts it, can exceed it; the risk starts at half the limit, which an HA round's
-cluster stays far below.
-
-=cut
-
+# A memory risk: an add of a resource whose maxmem might take a node past the server's limit on
+# a node's memory (2**62 - 1 bytes), which the caller then sends as a single call, so that the
+# server decides and its refusal reaches the caller, not a later call. The mirror does not
+# count a node's memory (the server does, Usage._check_memory); it keeps one loose bound,
+# bound: the memory in use of every node added plus the maxmem of every resource added, each
+# once (also where it counts on two nodes), never decreased. No node's memory, as the server
+# counts it, can exceed it; the risk starts where bound and the add's maxmem reach half the
+# limit, which an HA round's cluster stays far below (add_resource judges it).
 use constant MEMORY_RISK => 2**61;
-
-sub memory_risk { return $_[0]{bound} + $_[1] >= MEMORY_RISK }
 
 =item node_names() / has_node($name)
 
@@ -204,9 +197,11 @@ sub check_resource {
 =item add_resource($sid, $current, $target, $maxmem, $entry, $how)
 
 Checks (C<check_resource>) and records the placement (C<$target> undef: stationary) and the
-resource's C<$maxmem> bytes; returns true. An add at C<memory_risk> records nothing and returns
-false (the caller sends it as a single call, and records it with C<$how> 1, risky, once the
-server has accepted it). C<$how> 'check': the checks alone (C<check_resource>); 'move': the
+resource's C<$maxmem> bytes; returns true. An add that might take a node's memory near the
+server's limit (a memory risk: the memory in use of every node and the maxmem of every
+resource added so far, never decreased, and C<$maxmem> reach 2**61 bytes) records nothing and
+returns false: the caller sends it as a single call, for the server to decide, and records it
+with C<$how> 1 (risky) once the server has accepted it. C<$how> 'check': the checks alone (C<check_resource>); 'move': the
 placement's checks alone (a known stationary resource that starts moving, C<legacy_add>).
 
 =cut
@@ -225,7 +220,7 @@ sub add_resource {
         die "nodes for resource '$sid' do not exist\n";
     }
     return 1 if $how eq 'check' || $how eq 'move';
-    return 0 if !$how && memory_risk($self, $maxmem);
+    return 0 if !$how && $self->{bound} + $maxmem >= MEMORY_RISK;
     my $placement = defined $target ? [ $current, $target ] : $current;
     # One statement: a signal handler that dies (an alarm) finds the add made or not at all.
     $self->{res}{$sid} = $placement, $self->{bound} += $maxmem, push @{ $self->{journal} }, grep defined, $_[5];
@@ -244,18 +239,18 @@ sub remove_resource {
     return 1;
 }
 
-=item legacy_add($node, $sid, $maxmem, $entry)
+=item legacy_add($node, $sid, $maxmem, $entry, $risky)
 
 Static's C<add_service_usage_to_node>: an unknown sid is added stationary on C<$node> with
-C<$maxmem> bytes; a stationary one starts moving to C<$node> (with its own maxmem, counted in
+C<$maxmem> bytes (as C<add_resource>, false at a memory risk unless C<$risky>); a stationary one starts moving to C<$node> (with its own maxmem, counted in
 the bound already); a moving one dies with C<resource '<sid>' is already moving to target node
 '<target>'>.
 
 =cut
 
 sub legacy_add {
-    my ($self, $node, $sid, $maxmem, $entry) = @_;
-    return $self->add_resource($sid, $node, undef, $maxmem, $entry, 1) if !exists $self->{res}{$sid};
+    my ($self, $node, $sid, $maxmem, $entry, $risky) = @_;
+    return $self->add_resource($sid, $node, undef, $maxmem, $entry, $risky) if !exists $self->{res}{$sid};
     $self->check_legacy_add($node, $sid);
     my ($placement, @entry) = ([ $self->{res}{$sid}, $node ], grep defined, $entry);
     $self->{res}{$sid} = $placement, push @{ $self->{journal} }, @entry;

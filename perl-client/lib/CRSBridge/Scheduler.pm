@@ -66,7 +66,7 @@ sub _binding {
 # Journal a mutation: $method with $args, its arguments as JSON in the binding's order (array
 # elements without brackets). The mirror method $op (with @args) checks it, dying with
 # upstream's message, and records it with its journal entry; the connection sends it later.
-# When the server may refuse a value ($refused, or the mirror's memory_risk), the mutation is
+# When the server may refuse a value ($refused, or the mirror's memory risk), the mutation is
 # sent at once instead, so that the server's message (naming the field) is what the caller sees
 # (unless upstream fails anyway: the mirror checks first), and the mirror records it only if the
 # server accepted it. $refused may be the client's own refusal, a message (a value JSON cannot
