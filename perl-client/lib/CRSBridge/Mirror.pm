@@ -207,11 +207,11 @@ placement's checks alone (a known stationary resource that starts moving, C<lega
 =cut
 
 sub add_resource {
-    my ($self, $sid, $current, $target, $maxmem) = @_;    # then $entry, $how: read in @_ (one add per guest)
-    my ($how, $nodes) = ($_[6] // '', $self->{nodes});
+    my ($self, $sid, $current, $target, $maxmem) = @_;    # then $entry, read in @_ (one add per guest)
+    my ($how, $nodes) = ($_[6], $self->{nodes});    # $how: undef, 1 (risky), 'check' or 'move'
     # Upstream's checks, in its order: written here alone, the add's own (one per guest) costing
     # no call.
-    die "resource '$sid' already exists\n" if $how ne 'move' && exists $self->{res}{$sid};
+    die "resource '$sid' already exists\n" if exists $self->{res}{$sid} && !($how && $how eq 'move');
     if (!defined $target) {
         die "current node for resource '$sid' does not exist\n" if !exists $nodes->{$current};
     } elsif ($current eq $target) {
@@ -219,7 +219,7 @@ sub add_resource {
     } elsif (!exists $nodes->{$current} || !exists $nodes->{$target}) {
         die "nodes for resource '$sid' do not exist\n";
     }
-    return 1 if $how eq 'check' || $how eq 'move';
+    return 1 if $how && $how ne '1';    # 'check', 'move': the checks alone
     return 0 if !$how && $self->{bound} + $maxmem >= MEMORY_RISK;
     my $placement = defined $target ? [ $current, $target ] : $current;
     # One statement: a signal handler that dies (an alarm) finds the add made or not at all.
