@@ -86,12 +86,12 @@ sub _mutate {
     return;
 }
 
-# The method add_service (static, $method 'add_service', $param 'service') or add_resource
-# (dynamic: 'add_resource', 'resource'): ($self, $sid, \%resource), the caller's scalars (the
-# decoders judge them as perlmod does).
+# The method add_service ($mode 'static', $method 'add_service', $param 'service') or
+# add_resource ('dynamic', 'add_resource', 'resource'): ($self, $sid, \%resource), the caller's
+# scalars (the decoders judge them as perlmod does). The common shape's reader is made here,
+# once per mode.
 sub _resource_adder {
-    my ($method, $param) = @_;
-    my $mode = $method eq 'add_service' ? 'static' : 'dynamic';
+    my ($mode, $method, $param) = @_;
     my $plain = plain_resource($mode, $method);
     return sub {
         check_arity($method, \@_, 'this', 'sid', $param) if @_ != 3;

@@ -119,7 +119,7 @@ node>, C<nodes for resource '<sid>' do not exist>. Returns nothing.
 =cut
 
 # Shared with the dynamic scheduler (CRSBridge::Scheduler).
-*add_service = CRSBridge::Scheduler::_resource_adder('add_service', 'service');
+*add_service = CRSBridge::Scheduler::_resource_adder(MODE, 'add_service', 'service');
 
 =item add_service_usage_to_node($nodename, $sid, \%service_stats)
 
