@@ -95,7 +95,7 @@ def main() -> None:
     with tempfile.NamedTemporaryFile(suffix=".jsonl") as tmp:
         tmp.write(b"".join(messages))
         tmp.flush()
-        for extra in ([], dt.LOW_LIMITS):
+        for extra in dt.LIMIT_SETS:
             compare(Path(tmp.name), extra)
 
 

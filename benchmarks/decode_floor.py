@@ -1,6 +1,6 @@
 """How much of an end-to-end answer is only getting the request in: ``crs-bridge serve`` side by
-side with a stand-in that reads each request through the server's own transport, decodes it with
-the server's own decoder and makes its params the strict structs (msgspec: the fastest path the
+side with a stand-in that reads each request through the server's own transport, decodes it the
+server's strict way (the envelope, then the params straight into the structs: the fastest path the
 server has) and answers a constant, without the envelope checks, dispatch or scoring. Requests
 alternate between the two; medians are printed.
 
@@ -20,19 +20,18 @@ import time
 
 from bench_e2e import ROOT, SERVER, Cluster, score_request
 
-#: The stand-in: read frames, decode each and make its params structs, answer a constant.
+#: The stand-in: read frames, decode each into its params structs, answer a constant.
 _STAND_IN = """
 import os
-from crs_bridge.bridge import models as m
-from crs_bridge.bridge.protocol import decode_json
+from crs_bridge.bridge.protocol import Protocol
+from crs_bridge.bridge.schedulers import State
 from crs_bridge.bridge.transport import FrameReader, enlarge_pipe
-from crs_bridge.bridge.wire import ParamsDecoder
 
-decoder = ParamsDecoder(m.ScoreMigrationsParams)
+protocol = Protocol(State())
 enlarge_pipe(0)
 for frame in FrameReader(0, 1 << 28):
-    if decoder.convert(decode_json(frame.body, 1024)["params"]) is None:
-        raise SystemExit("the strict structs did not take the request")
+    if protocol._strictly(frame.body) is None:
+        raise SystemExit("the strict way did not take the request")
     os.write(1, b'{"jsonrpc":"2.0","result":[],"id":1}\\n')
 """
 

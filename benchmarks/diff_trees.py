@@ -8,7 +8,8 @@ every method's params model (``tests/test_wire.py``'s strategies: valid, at and 
 lax forms, wrong types, named and positional), the fuzzer's templates with random values in every
 position, random envelopes, batches, ids of every JSON type (integers beyond 64 bits too), random
 and mutated bytes, Content-Length framings with odd headers and oversize bodies, ``rpc.discover``.
-The stream is run twice: with the default limits and with low ones (depth, sizes).
+The stream is run three times: with the default limits and with low ones (sizes, and a depth just
+under and at that of the deepest valid batch, 7).
 
 Run: ``.venv/bin/python benchmarks/diff_trees.py BASE_TREE .`` (``--examples N`` per strategy,
 default 400). Exit status 0 when every output is the same; else the first difference is shown.
@@ -39,7 +40,9 @@ from tests import test_wire as wire  # noqa: E402
 
 GiB = 1 << 30
 MAX_MESSAGE = 1 << 20
-LOW_LIMITS = ["--max-json-depth", "6", "--max-nodes", "2", "--max-resources", "3", "--max-candidates", "4"]
+LOW_SIZES = ["--max-nodes", "2", "--max-resources", "3", "--max-candidates", "4"]
+#: The servers' flags of each run of the stream: default limits, then low ones.
+LIMIT_SETS = [[], ["--max-json-depth", "6", *LOW_SIZES], ["--max-json-depth", "7", *LOW_SIZES]]
 
 
 def message(method: str, params: Any, ident: Any = 1) -> dict:
@@ -231,7 +234,7 @@ def main() -> int:
     with tempfile.NamedTemporaryFile(suffix=".jsonl") as tmp:
         tmp.write(b"".join(messages))
         tmp.flush()
-        for extra in ([], LOW_LIMITS):
+        for extra in LIMIT_SETS:
             outputs = [run(tree.resolve(), Path(tmp.name), extra) for tree in (args.base, args.new)]
             same = outputs[0] == outputs[1]
             answers = outputs[0].count(b'"jsonrpc"')

@@ -1,20 +1,24 @@
 """What the wire layer's speed choices cost and save, in-process (docs/performance.md cites these).
 
-1. Decoding a score request's params: orjson, then msgspec's strict conversion into the generated
-   structs (the server's way), against orjson alone and orjson followed by the pydantic models
-   (expanded candidates).
-2. Compact candidates' target lists kept as JSON text and decoded once per distinct text (what a
-   decoder straight into structs could do), against decoding every list (the server's way, since
-   jsonrpcserver hands the methods decoded JSON; 48 nodes, 10000 bundles, as an HA round at
+1. Decoding a score request's params: msgspec straight from JSON into the generated structs (the
+   server's way), against orjson then msgspec's conversion of the decoded JSON into them (the way
+   before), orjson alone, and orjson followed by the pydantic models (the lax way; expanded
+   candidates).
+2. Compact candidates' target lists kept as JSON text and decoded once per distinct text (the
+   server's way), against decoding every list (48 nodes, 10000 bundles, as an HA round at
    48 x 10000 sends them).
 3. ``scheduler.apply``: the copy of a usage that a call works on, and a run of guest adds in one
    engine call (``Usage.add_resources``) against one ``add_resource`` at a time.
+4. A small request from its bytes to its answer's (``Protocol.handle``, in process): an imbalance
+   query on a scheduler of 4 nodes, the strict way and the lax way (the models), and what
+   jsonrpcserver's dispatch takes of it (with the method's work, but not the decode).
 
 Run: ``.venv/bin/python benchmarks/wire_costs.py``; best of several runs, in ms.
 """
 
 from __future__ import annotations
 
+import gc
 import random
 import sys
 import time
@@ -23,6 +27,7 @@ from pathlib import Path
 
 import msgspec
 import orjson
+from jsonrpcserver import dispatch_to_serializable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_e2e import Cluster, score_request  # noqa: E402
@@ -36,11 +41,15 @@ from crs_bridge.core.usage import Resource  # noqa: E402
 
 
 def best_ms(work: Callable[[], object], runs: int = 5) -> float:
+    """The best time of ``runs`` runs of ``work``, with collections paused as the server pauses
+    them while it handles a message."""
     best = float("inf")
     for _ in range(runs):
+        gc.disable()
         began = time.perf_counter()
         work()
         best = min(best, time.perf_counter() - began)
+        gc.enable()
     return best * 1e3
 
 
@@ -49,12 +58,22 @@ def decoding(nodes: int, count: int) -> None:
     decoder = ParamsDecoder(model)
     request = score_request(Cluster(nodes, count, 1), "expanded", "bruteforce")
     params = orjson.dumps(orjson.loads(request)["params"])
-    strict = best_ms(lambda: decoder.convert(orjson.loads(params)))
+
+    def converted() -> object:
+        for kind in decoder.kinds:  # as the decoder tries them
+            try:
+                return decoder.checked(msgspec.convert(orjson.loads(params), kind))
+            except msgspec.ValidationError:
+                continue
+        raise AssertionError("no struct takes the params")
+
+    straight = best_ms(lambda: decoder.decode(params))
+    conversion = best_ms(converted)
     plain = best_ms(lambda: orjson.loads(params))
     validated = best_ms(lambda: model.model_validate(orjson.loads(params)), runs=3)
     print(
-        f"decode {nodes}x{count} expanded: orjson + msgspec structs {strict:.1f}, orjson {plain:.1f}, "
-        f"orjson + pydantic {validated:.1f}"
+        f"decode {nodes}x{count} expanded: msgspec structs from JSON {straight:.1f}, orjson + conversion into "
+        f"them {conversion:.1f}, orjson {plain:.1f}, orjson + pydantic {validated:.1f}"
     )
 
 
@@ -122,9 +141,42 @@ def applying(nodes: int, guests: int) -> None:
     )
 
 
+def handling() -> None:
+    from crs_bridge.bridge.protocol import Protocol
+    from crs_bridge.bridge.schedulers import State
+
+    protocol = Protocol(State())
+    protocol.handle(b'{"jsonrpc":"2.0","id":1,"method":"scheduler.new","params":{"mode":"static","scheduler":"s"}}')
+    nodes = ",".join(f'["add_node","n{i}",16,68719476736]' for i in range(4))
+    protocol.handle(
+        b'{"jsonrpc":"2.0","id":2,"method":"scheduler.apply","params":{"scheduler":"s","mutations":[%s]}}'
+        % nodes.encode()
+    )
+    query = b'{"jsonrpc":"2.0","id":3,"method":"scheduler.calculate_node_imbalance","params":{"scheduler":"s"}}'
+    decoded = protocol._strictly(query)
+    calls = 2000
+
+    def per_call_us(work: Callable[[], object]) -> float:
+        return best_ms(lambda: [work() for _ in range(calls)]) * 1e3 / calls
+
+    strict = per_call_us(lambda: protocol.handle(query))
+    dispatch = per_call_us(
+        lambda: dispatch_to_serializable(
+            query, protocol.methods, context=protocol.state, deserializer=lambda _: decoded, validator=lambda _: None
+        )
+    )
+    protocol._strictly = lambda message: None
+    lax = per_call_us(lambda: protocol.handle(query))
+    print(
+        f"a small request in process, us: the strict way {strict:.1f}, the lax way {lax:.1f}; "
+        f"jsonrpcserver's dispatch with the call {dispatch:.1f}"
+    )
+
+
 if __name__ == "__main__":
     decoding(64, 10000)
     decoding(256, 100000)
     target_lists()
     applying(4, 300)
     applying(48, 10000)
+    handling()

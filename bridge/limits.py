@@ -18,6 +18,8 @@ from .transport import DEFAULT_MAX_MESSAGE_BYTES
 
 #: orjson refuses JSON nested deeper than this (in C, without recursion in Python).
 ORJSON_MAX_DEPTH = 1024
+#: orjson reads integers up to this exactly, larger ones as floats.
+ORJSON_MAX_INT = 2**64 - 1
 
 
 #: What each limit of :class:`ServerLimits` bounds: ``bridge.info``'s schema and ``crs-bridge serve
@@ -40,10 +42,11 @@ class ServerLimits:
     being held in memory.
 
     The default depth is orjson's own limit, enforced in C while decoding, at no cost; nothing
-    in the server walks input deeper than its schema (valid requests nest at most 7 deep, a batch
-    adds one level), so no depth reaches Python's recursion limit. A lower depth is checked by
-    the parser too, which costs a message with more brackets than the limit a second pass
-    (see :func:`bridge.protocol.decode_json`).
+    in the server walks input deeper than its schema (a valid request nests at most 6 levels, a
+    batch 7: what the strict way takes, see :meth:`bridge.protocol.Protocol._strictly`), so no
+    depth reaches Python's recursion limit. A lower depth is checked by the parser too, which
+    costs a message with more brackets than the limit a second pass (see
+    :func:`bridge.protocol.decode_json`).
     """
 
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES

@@ -4,26 +4,33 @@
 returns the answer bytes, or None when there is nothing to answer (notifications). It hands the
 message to ``jsonrpcserver.dispatch_to_serializable`` with:
 
-1. **the deserializer** :func:`decode_json`: the one decode of the message (orjson within the
-   depth limit, integers beyond 64 bits exact); what it refuses jsonrpcserver answers -32700
-   "Parse error", the decoder's words as ``data``;
+1. **the deserializer** :meth:`Protocol._decode`: the one decode of the message. The strict way
+   (:meth:`Protocol._strictly`) decodes the envelope of each request and its params straight into
+   the structs of its method's params model, and hands a method its params as one argument
+   (:class:`Decoded`). A message it does not take whole goes the lax way (:func:`decode_json`:
+   orjson within the depth limit, integers beyond 64 bits exact where an id needs them), whose
+   params the models validate and word; what it refuses jsonrpcserver answers -32700 "Parse
+   error", the decoder's words as ``data``;
 2. **the validator** :func:`check_envelope`: JSON-RPC's envelope rules (:func:`request_problem`)
    for the request or every element of a batch; jsonrpcserver answers a refused message -32600
    "Invalid request" as a whole, and the problem is logged;
-3. **the methods**: one function per method name (:meth:`Protocol._method`) that checks the params
-   against the method's params declaration (the strict structs of :mod:`bridge.wire` where they
-   take them, else the models, which word every error), runs the method and gives
+3. **the methods**: one function per method name (:meth:`Protocol._method`) that takes the params
+   as the strict way decoded them, or else as the models validate them, runs the method and gives
    ``Success(result)``, or the ``Error`` that :func:`error_for` makes of what it raised (the one
    place where exceptions become error codes).
 
-The answer is encoded with orjson (:meth:`Protocol.encode`).
+The answer is encoded with orjson (:meth:`Protocol.encode`). :meth:`Protocol.answer` is the
+handler of :func:`bridge.transport.serve_frames`: a frame's answer, whatever happens.
 """
 
 from __future__ import annotations
 
+import gc
+import inspect
 import logging
-from typing import Any
+from typing import Annotated, Any, Literal, NamedTuple
 
+import msgspec
 import orjson
 from jsonrpcserver import Error, Result, Success, dispatch_to_serializable
 
@@ -49,7 +56,8 @@ from .errors import (
 from .limits import ORJSON_MAX_DEPTH, how_to_raise
 from .registry import ANY_MODE, MethodSpec, Variant
 from .schedulers import STAGING_METHODS, State
-from .wire import ParamsDecoder, as_wire, check_call_sizes
+from .structs import nesting
+from .wire import REFUSED, ParamsDecoder, as_wire, check_call_sizes
 
 log = logging.getLogger("crs-bridge")
 
@@ -204,6 +212,33 @@ def _with_exact_integers(message: bytes, decoded: Any) -> Any:
         return decoded
 
 
+# -- decoding the strict way: the envelopes, then each request's params into its structs ----------
+
+
+class _Request(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """A valid JSON-RPC request, its params left as JSON text. Its id is one that orjson reads as
+    sent (a string, null, an int64): a float id, or an integer beyond (orjson reads those beyond
+    64 bits as floats), is left to the lax way (:func:`_with_exact_integers`)."""
+
+    jsonrpc: Literal["2.0"]
+    method: str
+    id: str | Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)] | None | msgspec.UnsetType = msgspec.UNSET
+    params: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b"{}"))
+
+
+#: A request or a batch of them, as the strict way reads a message.
+_REQUESTS = msgspec.json.Decoder(list[_Request] | _Request)
+
+
+class Decoded(NamedTuple):
+    """A request's params as the strict way hands them to its method: the JSON ``text``, and the
+    ``struct`` the first of the method's params models took it as (for a ``scheduler.*`` method
+    whose models differ by mode, maybe another mode's: the text is decoded again)."""
+
+    text: msgspec.Raw
+    struct: Any
+
+
 # -- the protocol ---------------------------------------------------------------------------------
 
 
@@ -216,11 +251,14 @@ class Protocol:
         state.methods = {spec.name: spec for spec in stateless.METHODS}
         if debug_methods:
             state.methods[stateless.DEBUG_RAISE.name] = stateless.DEBUG_RAISE
-        self._params = {
-            variant.params: ParamsDecoder(variant.params)
-            for spec in state.methods.values()
-            for variant in spec.variants.values()
-        }
+        #: Method name -> the decoders of its params models, in the order of its variants.
+        self._decoders: dict[str, list[ParamsDecoder]] = {}
+        self._params: dict[type, ParamsDecoder] = {}
+        for name, spec in state.methods.items():
+            models = dict.fromkeys(variant.params for variant in spec.variants.values())
+            self._decoders[name] = [self._params.setdefault(model, ParamsDecoder(model)) for model in models]
+        #: The deepest message the strict way can take: a batch of requests with the deepest params.
+        self._deepest = 2 + max(nesting(kind) for decoder in self._params.values() for kind in decoder.kinds)
         #: jsonrpcserver's methods table: method name -> ``(state, *args, **kwargs) -> Result``.
         self.methods = {name: self._method(spec) for name, spec in state.methods.items()}
         self._decoded: Any = None
@@ -236,9 +274,37 @@ class Protocol:
         )
         return None if answer is None else self.encode(answer)
 
+    def answer(self, frame: Any) -> bytes | None:
+        """The answer to a frame of :mod:`bridge.transport` (None: nothing to answer): to its
+        message (:meth:`handle`), the refusal of one over the size limit, or -32603 with a null id
+        if the server itself fails on it (logged; methods' own errors are their answers).
+        Collections wait until :meth:`release`."""
+        # A large message decodes into hundreds of thousands of containers, none of them cyclic;
+        # collecting while they are built costs more than the work itself, so collect afterwards.
+        gc.disable()
+        try:
+            answer = self.oversize(frame.size) if frame.body is None else self.handle(frame.body)
+        except Exception as exc:
+            log.error("internal error handling a message (a bug in crs-bridge)", exc_info=exc)
+            answer = self.encode(error_response(INTERNAL_ERROR, f"{type(exc).__name__}: {shorten(exc, 500)}"))
+        if phases.timing:
+            phases.mark("encode")
+        return answer
+
     def release(self) -> None:
-        """Free the last message's decoded objects (see :meth:`handle`)."""
+        """Free the last message's decoded objects (see :meth:`handle`), then let collections
+        resume (one would walk them all)."""
         self._decoded = None
+        gc.enable()
+
+    def idle(self) -> None:
+        """Tidy up while no request waits: deallocate the schedulers freed meanwhile."""
+        self.state.drop_freed()
+
+    @property
+    def finished(self) -> bool:
+        """Whether a ``shutdown`` request was answered: no further message is to be read."""
+        return self.state.shutdown_requested
 
     def oversize(self, size: int) -> bytes:
         """The answer to a message of ``size`` bytes over the limit (it was not read)."""
@@ -262,36 +328,72 @@ class Protocol:
             return json.dumps(response, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
     def _decode(self, message: bytes) -> Any:
-        """jsonrpcserver's deserializer: the message as decoded JSON (orjson.JSONDecodeError,
-        TooDeep), kept until :meth:`release`."""
+        """jsonrpcserver's deserializer: the message the strict way (:meth:`_strictly`), else as
+        decoded JSON (orjson.JSONDecodeError, TooDeep); kept until :meth:`release`."""
         self._decoded = None
-        try:
-            decoded = decode_json(message, self.state.limits.max_json_depth)
-        except ValueError as exc:
-            log.info("parse error: %s", exc)
-            raise
-        self._decoded = decoded = _with_exact_integers(message, decoded)
+        decoded = self._strictly(message)
+        if decoded is None:
+            try:
+                decoded = decode_json(message, self.state.limits.max_json_depth)
+            except ValueError as exc:
+                log.info("parse error: %s", exc)
+                raise
+            decoded = _with_exact_integers(message, decoded)
+        self._decoded = decoded
         if phases.timing:
             phases.mark("decode")
         return decoded
 
+    def _strictly(self, message: bytes) -> Any:
+        """The request or batch in ``message`` for jsonrpcserver, each request's params one
+        argument (:class:`Decoded`); None unless every request is valid and its params are taken
+        by its method's structs.
+
+        A message is taken whole or not at all: then nothing it holds nests deeper than the
+        structs (:attr:`_deepest`), so its depth is known to be within the limit before any of its
+        requests runs; the lax way decides the rest (the depth limit, and every error's words)."""
+        if self.state.limits.max_json_depth < self._deepest:
+            return None
+        try:
+            decoded = _REQUESTS.decode(message)
+        except REFUSED:
+            return None
+        requests = [self._request(request) for request in (decoded if type(decoded) is list else [decoded])]
+        if not requests or None in requests:
+            return None
+        return requests if type(decoded) is list else requests[0]
+
+    def _request(self, request: _Request) -> dict | None:
+        """``request`` as jsonrpcserver reads it, its params :class:`Decoded`; None if no params
+        model of its method takes them."""
+        for decoder in self._decoders.get(request.method, ()):
+            struct = decoder.decode(request.params)
+            if struct is not None:
+                found = {"jsonrpc": "2.0", "method": request.method, "params": [Decoded(request.params, struct)]}
+                if request.id is not msgspec.UNSET:
+                    found["id"] = request.id
+                return found
+        return None
+
     def _method(self, spec: MethodSpec) -> Any:
         """The entry of :attr:`methods` for ``spec``: jsonrpcserver passes its context (the state
-        this protocol holds) and the params (an array's elements, or an object's members); the
-        answer is a jsonrpcserver Result."""
+        this protocol holds) and the params (the strict way's :class:`Decoded`, an array's
+        elements, or an object's members); the answer is a jsonrpcserver Result."""
 
         def method(state: State, /, *args: Any, **kwargs: Any) -> Result:
             try:
-                return Success(self._call(spec, list(args) if args else kwargs))
+                return Success(self._call(spec, _params(args, kwargs)))
             except Exception as exc:  # bugs are logged by error_for
                 code, message, data = error_for(exc)
                 return Error(code, message) if data is None else Error(code, message, data)
 
+        # jsonrpcserver binds the arguments to the method's signature at every call: read it once.
+        method.__signature__ = inspect.signature(method)
         return method
 
-    def _call(self, spec: MethodSpec, params: list | dict) -> Any:
-        """Run method ``spec`` with ``params`` (decoded JSON). Changes state only once the params
-        passed every check."""
+    def _call(self, spec: MethodSpec, params: Decoded | list | dict) -> Any:
+        """Run method ``spec`` with ``params`` (as the strict way decoded them, or decoded JSON).
+        Changes state only once the params passed every check."""
         if spec.stateful:
             handle = _handle(params)
             variant = self._variant(spec, handle)
@@ -322,24 +424,34 @@ class Protocol:
             raise MethodUnavailableError(spec.name, mode, handle)
         return spec.variants[mode]
 
-    def _validated(self, spec: MethodSpec, variant: Variant, params: list | dict) -> Any:
-        """The params as a struct of the variant's model, size limits checked: by the strict
-        structs where they take them, else by the models (which word every error)."""
+    def _validated(self, spec: MethodSpec, variant: Variant, params: Decoded | list | dict) -> Any:
+        """The params as a struct of the variant's model, size limits checked: as the strict way
+        decoded them, else as the models validate them (they word every error)."""
         decoder = self._params[variant.params]
-        if not params:  # none given: [], {} or no member
-            params = decoder.decode(b"{}")  # the models word what is missing
-            if params is not None:
-                return params
-            params = {}
-        if type(params) is list:
+        if type(params) is Decoded:
+            struct = params.struct if type(params.struct) in decoder.kinds else decoder.decode(params.text)
+            if struct is not None:
+                check_call_sizes(struct, self.state.limits)
+                return struct
+            params = orjson.loads(memoryview(params.text))  # taken by another mode's structs only
+        elif type(params) is list:
             params = _named(spec, variant, params)
         check_call_sizes(params, self.state.limits)  # before the models spend time and memory
-        struct = decoder.convert(params)
-        return decoder.from_models(params) if struct is None else struct
+        return decoder.from_models(params)
 
 
-def _handle(params: list | dict) -> Any:
-    """The handle among decoded JSON params (None if there is none)."""
+def _params(args: tuple, kwargs: dict) -> Decoded | list | dict:
+    """A method's params from jsonrpcserver's arguments: the one the strict way gives, else the
+    elements of an array or the members of an object."""
+    if len(args) == 1 and type(args[0]) is Decoded:
+        return args[0]
+    return list(args) if args else kwargs
+
+
+def _handle(params: Decoded | list | dict) -> Any:
+    """The handle among the params (None if there is none)."""
+    if type(params) is Decoded:
+        return params.struct.scheduler
     if type(params) is list:
         return params[0] if params else None
     if type(params) is dict:

@@ -2,7 +2,7 @@
 
 The pydantic models are the one declaration of every wire shape. From each model this module
 generates a msgspec struct with the model's field names, wire names (aliases), types, bounds and
-defaults, so that msgspec can convert a request's decoded params into them (:mod:`bridge.wire`),
+defaults, so that msgspec can decode a request's params straight into them (:mod:`bridge.wire`),
 checking every value. The structs are strict: they refuse what the models accept only
 by changing the value (an integral float as a byte count, ``running`` by Perl truthiness, an
 unknown key they ignore); such requests go to the models.
@@ -42,10 +42,10 @@ _VALIDATORS = {
 }
 #: Fields whose lists repeat from record to record (an HA round's bundles list every node but the
 #: guest's own: a few dozen distinct lists for thousands of bundles). The strict structs take each
-#: as a tuple; :meth:`ParamsDecoder.checked` numbers the distinct tuples and hands a list of such
-#: records over as the engine's columns (:data:`COLUMNS`), the field a
-#: :class:`~core.candidates.RepeatedLists`: the engine looks each distinct list up once, and no
-#: record is touched again.
+#: as its JSON text; :meth:`ParamsDecoder.checked` numbers the distinct texts, decodes each once
+#: (as :data:`TEXTS` types it) and hands a list of such records over as the engine's columns
+#: (:data:`COLUMNS`), the field a :class:`~core.candidates.RepeatedLists`: the engine looks each
+#: distinct list up once, and no record is touched again.
 REPEATING = {(rec.CompactCandidate, "nodes")}
 
 
@@ -171,7 +171,7 @@ def struct_of(
     for validator in model.__pydantic_decorators__.model_validators.values():
         if _VALIDATORS.get(validator.func) != "exactly one":
             raise TypeError(f"the strict decoder does not know validator {validator.func.__qualname__}")
-    fields, rename = [], {}
+    fields, rename, unbounded = [], {}, []
     for name, info in model.model_fields.items():
         if name == tag_field:
             continue
@@ -182,11 +182,15 @@ def struct_of(
                 raise TypeError(f"the strict decoder cannot tell apart {model.__name__}.{name}") from None
             CHOICES[model] = max(CHOICES.get(model, 1), len(union.members))
             kind = wire_type(union.members[min(choice, len(union.members) - 1)])
+        if _takes_any_integer(kind):
+            if not issubclass(model, m.Params):  # checked by ParamsDecoder.checked at the params' level only
+                raise TypeError(f"the strict decoder needs an upper bound on {model.__name__}.{name}")
+            unbounded.append(name)
         if (model, name) in REPEATING:
             if model not in COLUMNS:
                 raise TypeError(f"the strict decoder has no columns for {model.__name__}'s repeating {name}")
             TEXTS.setdefault(model, {})[name] = kind
-            kind = tuple[(get_args(kind)[0], ...)]  # hashable: numbered by value
+            kind = msgspec.Raw
         if info.is_required():
             fields.append((name, kind))
         else:
@@ -198,7 +202,36 @@ def struct_of(
     struct = defstruct(model.__name__, fields, rename=rename, kw_only=True, forbid_unknown_fields=True, **options)
     if model in TEXTS:
         TEXTS[struct], COLUMNS_OF[struct], MODEL_OF[struct] = TEXTS[model], COLUMNS[model], model
+    if unbounded:
+        UNBOUNDED[struct] = unbounded
     return struct
+
+
+def _takes_any_integer(kind: Any) -> bool:
+    """Whether the msgspec type ``kind`` takes integers without an upper bound (in a union too)."""
+    meta = None
+    while get_origin(kind) is Annotated:
+        kind, meta = get_args(kind)[:2]
+    if get_origin(kind) in (Union, types.UnionType, list):
+        return any(map(_takes_any_integer, get_args(kind)))
+    return kind is int and (meta is None or (meta.le is None and meta.lt is None))
+
+
+@functools.cache
+def nesting(kind: Any) -> int:
+    """How deep a value of the msgspec type ``kind`` (a struct made here, or a type in one) nests
+    arrays and objects: none of them takes a member it does not declare, so nothing they decode
+    is deeper."""
+    while get_origin(kind) is Annotated:
+        kind = get_args(kind)[0]
+    if get_origin(kind) in (Union, types.UnionType):
+        return max(map(nesting, get_args(kind)))
+    if get_origin(kind) in (list, tuple):
+        return 1 + max(map(nesting, get_args(kind)), default=0)
+    if kind in FIELDS:
+        texts = TEXTS.get(kind, {})  # decoded as this type, or refused
+        return 1 + max((nesting(texts.get(field[0], field[1])) for field in FIELDS[kind]), default=0)
+    return 0
 
 
 #: The field specs (name, type[, default]) of every struct made here (msgspec's own introspection
@@ -206,7 +239,7 @@ def struct_of(
 FIELDS: dict[type, list[tuple]] = {}
 
 
-#: Model or struct -> its :data:`REPEATING` fields -> their type.
+#: Model or struct -> its :data:`REPEATING` fields -> their type (the struct's field: its JSON text).
 TEXTS: dict[type, dict[str, Any]] = {}
 
 #: Record struct with a :data:`REPEATING` field -> its columns' maker (:data:`COLUMNS`).
@@ -214,6 +247,10 @@ COLUMNS_OF: dict[type, Callable[[list, Sequence], Any]] = {}
 
 #: Record struct with a :data:`REPEATING` field -> its model.
 MODEL_OF: dict[type, type[BaseModel]] = {}
+
+#: Params struct -> its fields of integers without an upper bound (counts): the strict decoder reads
+#: every digit of one, where orjson (the lax way) reads one beyond 64 bits as a float.
+UNBOUNDED: dict[type, list[str]] = {}
 
 #: Params model -> how many members its widest :class:`Untaggable` field has (absent: none).
 CHOICES: dict[type, int] = {}

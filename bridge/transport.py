@@ -9,7 +9,11 @@ any other non-blank line is one JSON message. Blank lines between messages are s
 Output is buffered and flushed whenever the reader is about to wait for input (and on close), so
 a pipelining client gets answers in large writes while an interactive one never waits for an
 answer sitting in a buffer. :class:`BriefPoll` then keeps the reader awake a moment longer, for
-the next request of a client that is still working.
+the next request of a client that is still working. A message is never written half: a signal
+arriving during a write takes effect after it (:meth:`FrameWriter.interrupt`).
+
+:func:`serve_frames` is the serving loop: each frame read is answered by a handler (the
+protocol), in the frame's framing.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ import select
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import IO, Any
+
+from . import phases
 
 #: Default limit on one message's size (bytes): ample for 100k candidates.
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
@@ -239,16 +246,33 @@ class FrameReader:
             self._eof = True
 
 
+class Terminated(BaseException):
+    """Raised by :meth:`FrameWriter.interrupt` to leave the serving loop (a BaseException so that
+    no ``except Exception`` in a method swallows it)."""
+
+
 class FrameWriter:
-    """Buffered writer of framed messages to file descriptor ``fd``."""
+    """Buffered writer of framed messages to file descriptor ``fd``, whose writes no signal cuts
+    (see :meth:`interrupt`)."""
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
         self._pending: list[bytes] = []
         self._size = 0
+        self._writing = False
+        self._signalled = False
 
     def fileno(self) -> int:
         return self._fd
+
+    def interrupt(self, signum: int, frame: object) -> None:
+        """The SIGTERM/SIGINT handler: raise :class:`Terminated`, after the write in progress."""
+        # A second signal during the same write means the write is stuck (the client does
+        # not read): leave at once rather than never.
+        if self._writing and not self._signalled:
+            self._signalled = True
+        else:
+            raise Terminated
 
     def write(self, framing: str, body: bytes) -> None:
         """Queue ``body`` framed as ``framing``; flushes once a lot is queued."""
@@ -269,6 +293,74 @@ class FrameWriter:
         data = memoryview(b"".join(self._pending))
         self._pending.clear()
         self._size = 0
-        while data:
-            written = os.write(self._fd, data)
-            data = data[written:]
+        self._writing = True
+        try:
+            while data:
+                written = os.write(self._fd, data)
+                data = data[written:]
+        finally:
+            self._writing = False
+        if self._signalled:
+            raise Terminated
+
+
+# -- serving ------------------------------------------------------------------------------------
+
+#: A request at least this big (bytes) is answered at once, before its objects are freed (which
+#: takes long enough to matter); smaller ones' answers are written with the next ones, and at the
+#: latest before the server waits for input.
+SEND_BEFORE_FREEING = 64 << 10
+
+
+def serve_frames(
+    in_fd: int, writer: FrameWriter, handler: Any, max_message_bytes: int, trace: IO[str] | None = None
+) -> None:
+    """Answer the messages arriving on ``in_fd`` through ``writer``, each in its framing, until
+    the end of input or until the handler is ``finished``; every answer is written before it
+    returns.
+
+    ``handler`` (:class:`bridge.protocol.Protocol`): ``answer(frame)`` gives a frame's answer
+    (None: none); ``release()`` frees what answering left, after the answer was sent if the client
+    waits for it (nothing else has arrived) or the request was big; ``idle()`` tidies up when the
+    server is about to wait for input, the answers sent; ``finished`` ends serving. ``trace``: a
+    stream that each frame and its answer are written to, with the time taken (:func:`write_trace`).
+    """
+    enlarge_pipe(in_fd)  # big requests arrive in a few reads, not dozens
+    poll = BriefPoll(in_fd)
+
+    def before_wait() -> None:
+        writer.flush()  # the answers leave first
+        handler.idle()  # then the handler tidies up, while the client reads them
+        poll()
+
+    reader = FrameReader(in_fd, max_message_bytes, before_wait=before_wait)
+    for frame in reader:
+        if trace is not None:
+            started = time.perf_counter()
+            phases.start()
+        try:
+            answer = handler.answer(frame)
+            if answer is not None:
+                writer.write(frame.framing, answer)
+                if reader.drained() or frame.size >= SEND_BEFORE_FREEING:
+                    writer.flush()  # the answer leaves before the request's objects are freed
+        finally:
+            handler.release()
+        if trace is not None:
+            write_trace(trace, frame, answer, time.perf_counter() - started, phases.take())
+        if handler.finished:
+            break
+    writer.flush()
+
+
+def write_trace(trace: IO[str], frame: Frame, answer: bytes | None, seconds: float, spent: dict[str, float]) -> None:
+    """Write ``frame`` and its ``answer`` (None: none) to the stream ``trace``: taking ``seconds``
+    in all, with the seconds ``spent`` per phase (see :mod:`bridge.phases`) in brackets if any
+    (both written in ms)."""
+    stamp = time.strftime("%H:%M:%S")
+    request = "<over the size limit>" if frame.body is None else frame.body.decode("utf-8", "replace")
+    response = "(no response)" if answer is None else answer.decode("utf-8", "replace")
+    split = f"[{', '.join(f'{p} {s * 1000:.3f}' for p, s in spent.items())}] " if spent else ""
+    trace.write(f"{stamp} --> [{frame.framing}] {request}\n")
+    trace.write(f"{stamp} <-- {seconds * 1000:.3f} ms {split}{response}\n")
+    trace.flush()

@@ -1,10 +1,10 @@
 """The wire side of a call: requests decoded into the structs of :mod:`bridge.structs`, the
 engine values made of them, and the engine's results in wire form.
 
-:class:`ParamsDecoder` makes a method's params (decoded JSON) the structs of its params model,
-by msgspec's strict conversion, checking every value. Params it refuses go to the models, in one
-place (:meth:`ParamsDecoder.from_models`): they accept the lax cases and word every error, and
-their values become the same structs. So a method gets one type per param, whichever way the
+:class:`ParamsDecoder` decodes a method's params (JSON) straight into the structs of its params
+model, checking every value. Params it refuses go to the models, in one place
+(:meth:`ParamsDecoder.from_models`): they accept the lax cases and word every error, and their
+values become the same structs. So a method gets one type per param, whichever way the
 request came in. Results go out through their result models (:mod:`bridge.results`), which write
 the wire's names.
 """
@@ -34,8 +34,8 @@ from ..core.candidates import RepeatedLists, numbered
 from . import models as m
 from . import records as rec
 from .errors import ParamsError
-from .limits import how_to_raise
-from .structs import COLUMNS_OF, FIELDS, MODEL_OF, TEXTS, params_structs, struct_of
+from .limits import ORJSON_MAX_INT, how_to_raise
+from .structs import COLUMNS_OF, FIELDS, MODEL_OF, TEXTS, UNBOUNDED, params_structs, struct_of
 
 # -- decoding ---------------------------------------------------------------------------------
 
@@ -64,34 +64,42 @@ class ParamsDecoder:
         #: Params struct -> its fields that hold records with REPEATING fields: (field, record struct,
         #: the record's field).
         self._repeating = {kind: list(_repeating(kind)) for kind in self.kinds}
+        #: (record struct, REPEATING field) -> the decoder of the field's text, as a tuple (hashable).
+        self._texts = {
+            (record, field): msgspec.json.Decoder(tuple[(get_args(TEXTS[record][field])[0], ...)])
+            for fields in self._repeating.values()
+            for _, record, field in fields
+        }
 
     def decode(self, params: bytes) -> Any:
         """``params`` (JSON) as a struct, or None if the strict decoder refuses them."""
         struct = _first(self._decoders, params)
         return None if struct is None else self.checked(struct)
 
-    def convert(self, params: dict) -> Any:
-        """``params`` (named, decoded JSON) as a struct, or None if the strict structs refuse them
-        (the models then decide): msgspec's strict conversion, then :meth:`checked`."""
-        for kind in self.kinds:
-            try:
-                struct = msgspec.convert(params, kind)
-            except (msgspec.ValidationError, RecursionError):
-                continue
-            return self.checked(struct)
-        return None
-
     def checked(self, params: Any) -> Any:
         """``params`` (a struct) once the checks left after decoding pass it, else None: the model's
-        own (exactly one of its ``exactly_one`` fields given); a list of records with
-        :data:`REPEATING` fields then becomes the records' columns."""
+        own (exactly one of its ``exactly_one`` fields given), counts that orjson reads as the
+        strict decoder does (the lax way reads one beyond 64 bits as a float, and so must this
+        server), and the texts of :data:`REPEATING` fields (a list of their records then becomes
+        the records' columns)."""
         if self._exactly_one and sum(getattr(params, name) is not None for name in self._exactly_one) != 1:
             return None
+        for name in UNBOUNDED.get(type(params), ()):
+            count = getattr(params, name)
+            if count is not None and count > ORJSON_MAX_INT:
+                return None
+        columns = []
         for name, record, field in self._repeating.get(type(params), ()):
             records = getattr(params, name)
             if type(records) is list and records and type(records[0]) is record:  # else none, or columns
-                rows, distinct = numbered(list(map(attrgetter(field), records)))
-                setattr(params, name, COLUMNS_OF[record](records, RepeatedLists(rows, distinct)))
+                rows, texts = numbered([bytes(text) for text in map(attrgetter(field), records)])
+                try:
+                    lists = list(map(self._texts[record, field].decode, texts))
+                except REFUSED:
+                    return None
+                columns.append((name, COLUMNS_OF[record](records, RepeatedLists(rows, lists))))
+        for name, value in columns:  # once every check passed: refused params keep their records
+            setattr(params, name, value)
         return params
 
     def from_models(self, params: dict) -> Any:

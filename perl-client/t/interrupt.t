@@ -181,7 +181,7 @@ subtest 'a mutation refused as a single call, cut short: it did not happen' => s
 for my $after ('call', 'call_mutation') {
     subtest "a mutation accepted as a single call, cut short after $after: the server, the journal and the mirror agree" => sub {
         # A resource whose maxmem nears the server's memory limit goes as a call at once
-        # (Mirror::memory_risk), which the server accepts.
+        # (Mirror::add_resource's memory risk), which the server accepts.
         my $big = { stats => { maxcpu => 1, maxmem => 2**61 }, running => 1, 'current-node' => 'c' };
         my ($usage, $twin) = (build_static(), build_static());
         {

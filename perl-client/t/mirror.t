@@ -44,14 +44,16 @@ is(error_of { $m->legacy_add('C', 'vm:2') }, "nodes for resource 'vm:2' do not e
 my $big = CRSBridge::Mirror->new;
 $big->add_node('A', 2**59);
 $big->add_node('B');
-ok(!$big->memory_risk(2**60), 'far from the limit');
-$big->add_resource('vm:1', 'A', undef, 2**60);
-ok(!$big->memory_risk(2**58), 'under half the limit, with all nodes and resources together');
-ok($big->memory_risk(2**59), 'half the limit: the server decides');
+is($big->add_resource('vm:1', 'A', undef, 2**60), 1, 'far from the limit: recorded');
+is($big->add_resource('vm:0', 'A', undef, 2**58), 1, 'under half the limit, with all nodes and resources together');
+is($big->add_resource('vm:2', 'A', undef, 2**58), 0, 'half the limit: not recorded, the server decides');
+ok(!$big->has_resource('vm:2'), '... nothing of it');
 $big->remove_resource('vm:1');
-ok($big->memory_risk(2**59), 'removals are not subtracted: a bound, not a count');
-is(error_of { $big->legacy_add('B', 'vm:2', 2**59) }, '', 'a legacy add counts too');
-ok($big->memory_risk(0), '... so even nothing more is a risk now');
+is($big->add_resource('vm:2', 'A', undef, 2**58), 0, 'removals are not subtracted: a bound, not a count');
+is($big->legacy_add('B', 'vm:2', 2**58), 0, 'a legacy add of an unknown resource too');
+is($big->legacy_add('B', 'vm:2', 2**58, undef, 1), 1, '... recorded when the server has accepted it (risky)');
+is($big->add_resource('vm:3', 'A', undef, 0), 0, '... and counted: even nothing more is a risk now');
+is($big->legacy_add('A', 'vm:2', 2**58), 1, 'a known resource that starts moving adds nothing to the bound');
 
 # The journal: each accepted mutation's entry, in order; a failed or no-op one leaves none.
 subtest 'the journal' => sub {

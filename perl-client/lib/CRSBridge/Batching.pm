@@ -56,10 +56,10 @@ use constant APPLY_MAX => 10000;
 
 sub new {
     my ($class) = @_;
-    # pending: entries journaled since the last flush; due: how many make the next flush due;
-    # run: entries journaled since the last call's flush; expected: the last run's count if it
-    # had at least FIRST_CHUNK, else 0; frees: handles to free; batches: sent, not yet answered.
-    return bless { pending => 0, due => FIRST_CHUNK, run => 0, expected => 0, frees => [], batches => [] }, $class;
+    # due: how many entries journaled after the last batch make the next one due; run: entries
+    # sent since the last call's flush; expected: the last run's count if it had at least
+    # FIRST_CHUNK, else 0; frees: handles to free; batches: sent, not yet answered.
+    return bless { due => FIRST_CHUNK, run => 0, expected => 0, frees => [], batches => [] }, $class;
 }
 
 =item new_server()
@@ -70,21 +70,18 @@ A new server: nothing is awaited from it, nothing is to be freed on it.
 
 sub new_server {
     my ($self) = @_;
-    @$self{qw(pending frees batches)} = (0, [], []);
+    @$self{qw(frees batches)} = ([], []);
     return;
 }
 
-=item journaled()
+=item due()
 
-An entry was journaled; true when a flush is due.
+How many entries journaled (over all objects) after the last batch make the next one due: the
+connection counts them (L<CRSBridge::Connection/journaled>) and asks for a batch then.
 
 =cut
 
-sub journaled {
-    my ($self) = @_;
-    $self->{run}++;
-    return ++$self->{pending} >= $self->{due};
-}
+sub due { return $_[0]{due} }
 
 =item free($handle)
 
@@ -110,8 +107,6 @@ C<($line, $next_id)>.
 
 sub batch {
     my ($self, $remotes, $srv, $id, $ends_run) = @_;
-    $self->{due} = $self->_next_due($ends_run);
-    $self->{pending} = 0;
     my $first = $id;
     my (@parts, @ranges, %news);    # ranges: [first id, remote (undef: frees), first journal index]
     for my $remote (@$remotes) {
@@ -123,6 +118,7 @@ sub batch {
                 . ',"params":' . $remote->new_params(1) . '}';
         }
         my ($from, $journal) = $remote->take_unsent;
+        $self->{run} += @$journal - $from;
         my $head = ',"params":{"scheduler":' . json_str($remote->handle) . ',"mutations":[';
         for (my $at = $from; $at < @$journal; $at += APPLY_MAX) {
             my $last = $at + APPLY_MAX - 1 < $#$journal ? $at + APPLY_MAX - 1 : $#$journal;
@@ -132,6 +128,7 @@ sub batch {
         }
     }
     push @ranges, [ $id, undef, 0 ];
+    $self->{due} = $self->_next_due($ends_run);
     for my $handle (@{ $self->{frees} }) {
         push @parts, '{"jsonrpc":"2.0","method":"scheduler.free","id":' . $id++
             . ',"params":{"scheduler":' . json_str($handle) . '}}';

@@ -76,13 +76,15 @@ sub instance {
     # live: id -> CRSBridge::Remote of every live object of this process; servers: servers
     # started so far, to tell a handle's server apart from the current one; objects: objects
     # created so far (their ids); busy: an exchange is unfinished (see INTERRUPTED CALLS);
-    # created: kinds (Remote::kind) created on this server; answer: the last answer line.
+    # created: kinds (Remote::kind) created on this server; answer: the last answer line;
+    # journaled: entries journaled since the last batch, due: as many as make the next one due.
     return $CURRENT = bless {
         pid => $$, proc => undef, srv => '', number => 0, next_id => 1, busy => 0, created => {},
         live => $inherited ? $inherited->{live} : {},
         servers => $inherited ? $inherited->{servers} : 0,
         objects => $inherited ? $inherited->{objects} : 0,
         batching => CRSBridge::Batching->new, memo => CRSBridge::Memo->new, answer => undef,
+        journaled => 0, due => CRSBridge::Batching::FIRST_CHUNK,
     }, __PACKAGE__;
 }
 
@@ -92,10 +94,7 @@ Process id of the current server (undef when none runs); for tests and diagnosti
 
 =cut
 
-sub server_pid {
-    my ($self) = @_;
-    return $self->{proc} ? $self->{proc}->pid : undef;
-}
+sub server_pid { return $_[0]{proc} ? $_[0]{proc}->pid : undef }
 
 =item last_answer() / forget_answer()
 
@@ -140,16 +139,17 @@ sub create {
 
 =item journaled()
 
-A function: an entry was journaled by a mirror; sends the unsent entries when a batch is due
-(see L<CRSBridge::Batching/FLUSH POLICY>). A dead server does not fail the mutation (the next
-call notices it, starts a new server and restores everything); after an interrupted exchange
-nothing is sent: the next call replaces the server and replays every journal anyway.
+A function: an entry was journaled by a mirror; once as many as L<CRSBridge::Batching/due>,
+the unsent entries are sent (L<CRSBridge::Batching/FLUSH POLICY>). A dead server does not fail
+the mutation (the next call notices it, starts a new server and restores everything); after an
+interrupted exchange nothing is sent: the next call replaces the server and replays every journal anyway.
 
 =cut
 
 sub journaled {
     # (A forked child counts in the connection it inherited; its own sends.)
-    return if !($CURRENT // instance())->{batching}->journaled;
+    my $self = $CURRENT // instance();
+    return if ++$self->{journaled} < $self->{due};
     instance()->_flush_quietly;
     return;
 }
@@ -175,6 +175,7 @@ sub _flush {
     my $live = $self->{live};
     my @remotes = map { $live->{$_} } sort { $a <=> $b } keys %$live;
     my ($line, $next_id) = $self->{batching}->batch(\@remotes, $self->{srv}, $self->{next_id}, $ends_run);
+    @$self{qw(journaled due)} = (0, $self->{batching}->due);
     return if !defined $line;
     utf8::encode($line);
     $self->{next_id} = $next_id;
@@ -379,10 +380,7 @@ sub _server_failed {
     return;    # retry: the next attempt starts a new server and restores the objects
 }
 
-sub _deadline {
-    my ($self) = @_;
-    return CRSBridge::Failure::deadline($self->{proc});
-}
+sub _deadline { return CRSBridge::Failure::deadline($_[0]{proc}) }
 
 # Starts a server if none runs, and restores every live object there. One whose last exchange
 # was cut short (busy: a signal handler died in it; see INTERRUPTED CALLS) is killed and
@@ -399,7 +397,7 @@ sub _ensure_server {
     $self->{proc} = CRSBridge::Process->spawn;
     $self->{number} = ++$self->{servers};
     $self->{srv} = "$self->{servers}/$$";
-    $self->{created} = {};
+    @$self{qw(created journaled)} = ({}, 0);
     $self->{batching}->new_server;
     $self->{busy} = 1;
     my $live = $self->{live};

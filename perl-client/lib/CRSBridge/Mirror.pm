@@ -20,7 +20,7 @@ and the object's journal; nothing of the usage arithmetic, which the server alon
 
 =item * where each resource is placed: its node, or its current and target node while it moves;
 
-=item * a bound on memory (see C<memory_risk>): one number, never a node's usage;
+=item * a bound on memory (see C<add_resource>): one number, never a node's usage;
 
 =item * the journal: every mutation accepted, in order, each the JSON text C<[method, args...]>
 of one C<scheduler.apply> entry. It is the object's whole state: a new server gets it replayed,
@@ -38,7 +38,7 @@ upstream's crate), and perl-client/t/mirror.t and static.t hold the two together
 
 =item * C<add_resource>: a duplicate sid, then the placement: unknown current node
 (stationary), same current and target node, unknown nodes (moving)
-(C<Usage.check_resource>, C<_check_placement>; here C<_resource_error>).
+(C<Usage.check_resource>, C<_check_placement>; here C<add_resource>).
 
 =item * C<legacy_add> (Static's C<add_service_usage_to_node>): an unknown sid is added
 stationary, a stationary one starts moving, a moving one dies
@@ -75,7 +75,7 @@ sub new {
     # order: node names in insertion order; nodes: name -> 1; res: sid -> its node (a stationary
     # resource: a string, no array per guest) or [current, target] (a moving one). No index of
     # each node's resources: only remove_node needs one, and it is rare, while adds are many.
-    # bound: see memory_risk; journal: see the top.
+    # bound: see MEMORY_RISK; journal: see the top.
     return bless { order => [], nodes => {}, res => {}, bound => 0, journal => [] }, $class;
 }
 
@@ -87,22 +87,15 @@ The journal (an array reference, to read, never to change): every mutation accep
 
 sub journal { return $_[0]{journal} }
 
-=item memory_risk($maxmem)
-
-Whether adding a resource of C<$maxmem> bytes might take a node past the server's limit on
-a node's memory (2**62 - 1 bytes): the caller then sends the add as a single call, so that
-the server decides and its refusal reaches the caller, not a later call. The mirror does not
-count a node's memory (the server does, C<Usage._check_memory>); it keeps one loose bound,
-C<bound>: the memory in use of every node added plus the maxmem of every resource added,
-each once (also where it counts on two nodes), never decreased. No node's memory, as the
-server counts it, can exceed it; the risk starts at half the limit, which an HA round's
-cluster stays far below.
-
-=cut
-
+# A memory risk: an add of a resource whose maxmem might take a node past the server's limit on
+# a node's memory (2**62 - 1 bytes), which the caller then sends as a single call, so that the
+# server decides and its refusal reaches the caller, not a later call. The mirror does not
+# count a node's memory (the server does, Usage._check_memory); it keeps one loose bound,
+# bound: the memory in use of every node added plus the maxmem of every resource added, each
+# once (also where it counts on two nodes), never decreased. No node's memory, as the server
+# counts it, can exceed it; the risk starts where bound and the add's maxmem reach half the
+# limit, which an HA round's cluster stays far below (add_resource judges it).
 use constant MEMORY_RISK => 2**61;
-
-sub memory_risk { return $_[0]{bound} + $_[1] >= MEMORY_RISK }
 
 =item node_names() / has_node($name)
 
@@ -132,14 +125,12 @@ for a static node), counted in the bound.
 sub add_node {
     my ($self, $name, $mem, $entry) = @_;
     $self->check_node($name);
-    my ($bytes, @entry) = ($mem // 0, _entry($entry));
+    my ($bytes, @entry) = ($mem // 0, grep defined, $entry);
     $self->{nodes}{$name} = 1, $self->{bound} += $bytes, push(@{ $self->{order} }, $name),
         push @{ $self->{journal} }, @entry;
     return 1;
 }
 
-# The entry as a list to push: none for undef.
-sub _entry { return defined $_[0] ? ($_[0]) : () }
 
 =item check($op, @args)
 
@@ -184,7 +175,7 @@ sub remove_node {
             $res{$sid} = $current eq $name ? $target : $current;
         }
     }
-    my ($order, @entry) = ([ grep { $_ ne $name } @{ $self->{order} } ], _entry($entry));
+    my ($order, @entry) = ([ grep { $_ ne $name } @{ $self->{order} } ], grep defined, $entry);
     delete $self->{nodes}{$name}, @$self{qw(order res)} = ($order, \%res), push @{ $self->{journal} }, @entry;
     return 1;
 }
@@ -192,50 +183,47 @@ sub remove_node {
 =item check_resource($sid, $current, $target)
 
 Upstream's checks for adding a resource, in upstream's order: duplicate sid, unknown
-current node (stationary), same current and target node, unknown nodes (moving).
+current node (stationary), same current and target node, unknown nodes (moving)
+(C<add_resource>'s, without the add).
 
 =cut
 
 sub check_resource {
     my ($self, $sid, $current, $target) = @_;
-    my $error = _resource_error($self, $sid, $current, $target);
-    die $error if defined $error;
+    $self->add_resource($sid, $current, $target, 0, undef, 'check');
     return;
 }
 
-# The message of check_resource, or undef; the placement's alone with $placed.
-sub _resource_error {
-    my ($self, $sid, $current, $target, $placed) = @_;
-    return "resource '$sid' already exists\n" if !$placed && exists $self->{res}{$sid};
-    my $nodes = $self->{nodes};
-    if (!defined $target) {
-        return "current node for resource '$sid' does not exist\n" if !exists $nodes->{$current};
-    } elsif ($current eq $target) {
-        return "resource '$sid' has the same current and target node\n";
-    } elsif (!exists $nodes->{$current} || !exists $nodes->{$target}) {
-        return "nodes for resource '$sid' do not exist\n";
-    }
-    return undef;
-}
-
-=item add_resource($sid, $current, $target, $maxmem, $entry, $risky)
+=item add_resource($sid, $current, $target, $maxmem, $entry, $how)
 
 Checks (C<check_resource>) and records the placement (C<$target> undef: stationary) and the
-resource's C<$maxmem> bytes; returns true. Unless C<$risky>: an add at C<memory_risk> records
-nothing and returns false (the caller sends it as a single call, and records it with C<$risky>
-once the server has accepted it).
+resource's C<$maxmem> bytes; returns true. An add that might take a node's memory near the
+server's limit (a memory risk: the memory in use of every node and the maxmem of every
+resource added so far, never decreased, and C<$maxmem> reach 2**61 bytes) records nothing and
+returns false: the caller sends it as a single call, for the server to decide, and records it
+with C<$how> 1 (risky) once the server has accepted it. C<$how> 'check': the checks alone (C<check_resource>); 'move': the
+placement's checks alone (a known stationary resource that starts moving, C<legacy_add>).
 
 =cut
 
 sub add_resource {
-    my ($self, $sid, $current, $target, $maxmem, $entry, $risky) = @_;
-    my $error = _resource_error($self, $sid, $current, $target);
-    die $error if defined $error;
-    return 0 if !$risky && memory_risk($self, $maxmem);
+    my ($self, $sid, $current, $target, $maxmem) = @_;    # then $entry, read in @_ (one add per guest)
+    my ($how, $nodes) = ($_[6], $self->{nodes});    # $how: undef, 1 (risky), 'check' or 'move'
+    # Upstream's checks, in its order: written here alone, the add's own (one per guest) costing
+    # no call.
+    die "resource '$sid' already exists\n" if exists $self->{res}{$sid} && !($how && $how eq 'move');
+    if (!defined $target) {
+        die "current node for resource '$sid' does not exist\n" if !exists $nodes->{$current};
+    } elsif ($current eq $target) {
+        die "resource '$sid' has the same current and target node\n";
+    } elsif (!exists $nodes->{$current} || !exists $nodes->{$target}) {
+        die "nodes for resource '$sid' do not exist\n";
+    }
+    return 1 if $how && $how ne '1';    # 'check', 'move': the checks alone
+    return 0 if !$how && $self->{bound} + $maxmem >= MEMORY_RISK;
     my $placement = defined $target ? [ $current, $target ] : $current;
-    my @entry = defined $entry ? $entry : ();
     # One statement: a signal handler that dies (an alarm) finds the add made or not at all.
-    $self->{res}{$sid} = $placement, $self->{bound} += $maxmem, push @{ $self->{journal} }, @entry;
+    $self->{res}{$sid} = $placement, $self->{bound} += $maxmem, push @{ $self->{journal} }, grep defined, $_[5];
     return 1;
 }
 
@@ -246,25 +234,25 @@ sub add_resource {
 sub remove_resource {
     my ($self, $sid, $entry) = @_;
     return 0 if !exists $self->{res}{$sid};
-    my @entry = _entry($entry);
+    my @entry = grep defined, $entry;
     delete $self->{res}{$sid}, push @{ $self->{journal} }, @entry;
     return 1;
 }
 
-=item legacy_add($node, $sid, $maxmem, $entry)
+=item legacy_add($node, $sid, $maxmem, $entry, $risky)
 
 Static's C<add_service_usage_to_node>: an unknown sid is added stationary on C<$node> with
-C<$maxmem> bytes; a stationary one starts moving to C<$node> (with its own maxmem, counted in
+C<$maxmem> bytes (as C<add_resource>, false at a memory risk unless C<$risky>); a stationary one starts moving to C<$node> (with its own maxmem, counted in
 the bound already); a moving one dies with C<resource '<sid>' is already moving to target node
 '<target>'>.
 
 =cut
 
 sub legacy_add {
-    my ($self, $node, $sid, $maxmem, $entry) = @_;
-    return $self->add_resource($sid, $node, undef, $maxmem, $entry, 1) if !exists $self->{res}{$sid};
+    my ($self, $node, $sid, $maxmem, $entry, $risky) = @_;
+    return $self->add_resource($sid, $node, undef, $maxmem, $entry, $risky) if !exists $self->{res}{$sid};
     $self->check_legacy_add($node, $sid);
-    my ($placement, @entry) = ([ $self->{res}{$sid}, $node ], _entry($entry));
+    my ($placement, @entry) = ([ $self->{res}{$sid}, $node ], grep defined, $entry);
     $self->{res}{$sid} = $placement, push @{ $self->{journal} }, @entry;
     return 1;
 }
@@ -274,8 +262,7 @@ sub check_legacy_add {
     my $placement = $self->{res}{$sid};
     return $self->check_resource($sid, $node) if !defined $placement;
     die "resource '$sid' is already moving to target node '$placement->[1]'\n" if ref $placement;
-    my $error = _resource_error($self, $sid, $placement, $node, 1);
-    die $error if defined $error;
+    $self->add_resource($sid, $placement, $node, 0, undef, 'move');
     return;
 }
 

@@ -2,7 +2,7 @@ package CRSBridge::Records;
 
 # The binding's input records (binding.md section 2.1): decoded as upstream decodes them and
 # rendered as the JSON the server takes. The common shape (plain numbers and plain names, as the
-# HA manager passes them) is recognised and rendered directly (a resource: in resource_args; a
+# HA manager passes them) is recognised and rendered directly (a resource: by plain_resource; a
 # dynamic node's stats: in node_stats_param; candidates: in candidates_param); anything else goes
 # through the exact decoders of CRSBridge::Args, which also produce upstream's error messages.
 # A whole argument is decoded before any value is checked against crs-bridge's bounds, as
@@ -24,7 +24,8 @@ use CRSBridge::Args qw(
 use CRSBridge::Codec qw(json_str json_num json_int json_str_list JSON_NUM);
 
 our @EXPORT_OK = qw(
-    static_stats_param dynamic_stats_param node_stats_param resource_args candidates_param candidates_list
+    static_stats_param dynamic_stats_param node_stats_param plain_resource resource_args candidates_param
+    candidates_list
 );
 
 BEGIN {
@@ -99,57 +100,74 @@ sub node_stats_param {
     return ($json, $refused, $stats->{mem});
 }
 
-=item resource_args($sid, $resource, $mode, $where)
+=item plain_resource($mode, $method)
 
-The arguments of C<add_service> / C<add_resource> after the handle, decoded in their order: the
-sid (a C<String>) and C<{stats, running, 'current-node', 'target-node'}> with static
-(C<$mode> 'static') or dynamic stats -> C<($json, $refused, $sid, $current_node,
-$target_node_or_undef, $maxmem)>, C<$json> the two as JSON array elements without brackets.
+The adder of the common shape of C<add_service> / C<add_resource>'s arguments after the handle
+(C<$mode> 'static' or 'dynamic', C<$method> the binding's name of the add), made once per mode:
+a function of the caller's C<($sid, $resource)> and a C<$recorder> (L<CRSBridge::Mirror>) that
+hands the decoded add to C<< $recorder->add_resource($sid, $current_node,
+$target_node_or_undef, $maxmem, $entry) >> (C<$entry> its journal entry, C<[method, sid,
+resource]> as JSON) and returns what that returns; undef, without a call, for any other shape
+(C<resource_args> then decodes it). The common shape (every guest of every HA round): plain
+names (see the top), a plain number or boolean for running, a hash of plain numbers within
+crs-bridge's bounds for the stats, for which the exact decoders would give the same values and
+accept them: rendered as they would render them (perl-client/t/fast-path.t holds the two
+together). The values go to the recorder as arguments, not as a list returned: one add per
+guest and round.
 
 =cut
 
-sub resource_args {
-    my ($mode, $where) = @_[2, 3];
-    # The common shape (every guest of every HA round): plain names (see the top), a plain number
-    # or boolean for running, a hash of plain numbers within crs-bridge's bounds for the stats,
-    # for which the exact decoders would give the same values and accept them: rendered as they
-    # would render them (perl-client/t/fast-path.t holds the two together).
-    PLAIN: {
-        my ($sid, $r) = @_;
-        last PLAIN if ref $r ne 'HASH';
+sub plain_resource {
+    my ($mode, $method) = @_;
+    my $static = $mode eq 'static';
+    my $head = '["' . $method . '","';
+    return sub {
+        my ($sid, $r, $recorder) = @_;
+        return undef if ref $r ne 'HASH';
         my ($s, $running, $current, $target) = @$r{ 'stats', 'running', 'current-node', 'target-node' };
         # Plain names (see the top): their characters are judged together, below.
-        last PLAIN if ref $s ne 'HASH' || !(_number($running) || _bool($running))
+        return undef if ref $s ne 'HASH' || !(_number($running) || _bool($running))
             || !defined $sid || ref $sid || _number($sid) || $sid eq ''
             || !defined $current || ref $current || _number($current) || $current eq ''
             || defined $target && (ref $target || _number($target) || $target eq '');
+        # NaN fails the comparisons; bytes: see node_stats_param.
         my ($stats, $maxmem);
-        if ($mode eq 'static') {
+        if ($static) {
             my $maxcpu;
             ($maxcpu, $maxmem) = @$s{qw(maxcpu maxmem)};
-            # NaN fails the comparisons; bytes: see node_stats_param.
-            last PLAIN if !_number($maxcpu) || !_number($maxmem)
+            return undef if !_number($maxcpu) || !_number($maxmem)
                 || !($maxcpu >= 0 && $maxcpu <= MAX_CORES && $maxmem >= 0 && $maxmem < MAX_BYTES + 1);
             $stats = '{"maxcpu":' . ($maxcpu == int($maxcpu) ? int($maxcpu) : sprintf(JSON_NUM, $maxcpu))
                 . ',"maxmem":' . int($maxmem) . '}';
         } else {
             my ($cpu, $maxcpu, $mem);
             ($cpu, $maxcpu, $mem, $maxmem) = @$s{qw(cpu maxcpu mem maxmem)};
-            last PLAIN if !_number($cpu) || !_number($maxcpu) || !_number($mem) || !_number($maxmem)
+            return undef if !_number($cpu) || !_number($maxcpu) || !_number($mem) || !_number($maxmem)
                 || !($cpu >= 0 && $cpu <= MAX_CORES && $maxcpu >= 0 && $maxcpu <= MAX_CORES)
                 || !($mem >= 0 && $mem < MAX_BYTES + 1 && $maxmem >= 0 && $maxmem < MAX_BYTES + 1);
             $stats = '{"cpu":' . ($cpu == int($cpu) ? int($cpu) : sprintf(JSON_NUM, $cpu))
                 . ',"maxcpu":' . ($maxcpu == int($maxcpu) ? int($maxcpu) : sprintf(JSON_NUM, $maxcpu))
                 . ',"mem":' . int($mem) . ',"maxmem":' . int($maxmem) . '}';
         }
-        my $json = '"' . $sid . '",{"stats":' . $stats . ',"running":' . ($running ? 'true' : 'false')
-            . ',"current-node":"' . $current . (defined $target ? '","target-node":"' . $target . '"}' : '"}');
+        my $entry = $head . $sid . '",{"stats":' . $stats . ',"running":' . ($running ? 'true' : 'false')
+            . ',"current-node":"' . $current . (defined $target ? '","target-node":"' . $target . '"}]' : '"}]');
         # The names' characters, the three at once: none that JSON escapes, none past Latin-1
         # (which Perl's UTF-8 flag on the rendered text shows).
-        last PLAIN if utf8::is_utf8($json) || ($sid . $current . ($target // '')) =~ tr/\x00-\x1f"\\//;
-        return ($json, 0, $sid, $current, $target, int($maxmem));
-    }
-    # Anything else: the exact decoders, with the caller's scalars themselves (see CRSBridge::Args).
+        return undef if utf8::is_utf8($entry) || ($sid . $current . ($target // '')) =~ tr/\x00-\x1f"\\//;
+        return $recorder->add_resource($sid, $current, $target, int($maxmem), $entry);
+    };
+}
+
+=item resource_args($sid, $resource, $mode, $where)
+
+The same arguments of any shape, decoded exactly (see CRSBridge::Args), in their order:
+C<($json, $refused, $sid, $current_node, $target_node_or_undef, $maxmem)>, C<$json> the two as
+JSON array elements without brackets.
+
+=cut
+
+sub resource_args {
+    my ($mode, $where) = @_[2, 3];
     my $sid = arg_string($_[0]);
     my $r = resource($_[1], $mode eq 'static' ? \&static_stats : \&dynamic_resource_stats);
     my ($stats, $refused) = stats_json($r->{stats}, "$where.stats", 0, 1);

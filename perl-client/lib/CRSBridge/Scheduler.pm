@@ -12,7 +12,7 @@ use CRSBridge::Config;
 use CRSBridge::Connection;
 use CRSBridge::Mirror;
 use CRSBridge::Planning;
-use CRSBridge::Records qw(candidates_param candidates_list resource_args);
+use CRSBridge::Records qw(candidates_param candidates_list plain_resource resource_args);
 use CRSBridge::Recorder;
 use Scalar::Util ();
 
@@ -66,7 +66,7 @@ sub _binding {
 # Journal a mutation: $method with $args, its arguments as JSON in the binding's order (array
 # elements without brackets). The mirror method $op (with @args) checks it, dying with
 # upstream's message, and records it with its journal entry; the connection sends it later.
-# When the server may refuse a value ($refused, or the mirror's memory_risk), the mutation is
+# When the server may refuse a value ($refused, or the mirror's memory risk), the mutation is
 # sent at once instead, so that the server's message (naming the field) is what the caller sees
 # (unless upstream fails anyway: the mirror checks first), and the mirror records it only if the
 # server accepted it. $refused may be the client's own refusal, a message (a value JSON cannot
@@ -86,20 +86,23 @@ sub _mutate {
     return;
 }
 
-# The method add_service (static, $method 'add_service', $param 'service') or add_resource
-# (dynamic: 'add_resource', 'resource'): ($self, $sid, \%resource), the caller's scalars (the
-# decoders judge them as perlmod does).
+# The method add_service ($mode 'static', $method 'add_service', $param 'service') or
+# add_resource ('dynamic', 'add_resource', 'resource'): ($self, $sid, \%resource), the caller's
+# scalars (the decoders judge them as perlmod does). The common shape's reader is made here,
+# once per mode.
 sub _resource_adder {
-    my ($method, $param) = @_;
+    my ($mode, $method, $param) = @_;
+    my $plain = plain_resource($mode, $method);
     return sub {
         check_arity($method, \@_, 'this', 'sid', $param) if @_ != 3;
         my $st = ref $_[0] && _reftype($_[0]) eq 'HASH' && $_[0]{_crs} || _state($_[0]);    # (_state, without its call)
-        my ($args, $refused, @add) = resource_args($_[1], $_[2], $st->{mode}, $param);
-        # _mutate's common case, one per guest and round, without its call: a value the server
-        # takes, a usable object, an add the mirror records (or dies for, with upstream's message).
+        # The common case, one per guest and round: the common shape (which decodes without
+        # error and the server takes), a usable object, an add the mirror records (or dies for,
+        # with upstream's message); else _mutate, which dies saying why or sends it as a call.
         return CRSBridge::Connection::journaled()
-            if !$refused && $st->{remote}->usable && $st->{mirror}->add_resource(@add, '["' . $method . '",' . $args . ']');
-        _mutate($st, $method, $args, $refused, add_resource => @add);    # dies saying why, or sends it as a call
+            if CRSBridge::Remote::usable($st->{remote}) && $plain->($_[1], $_[2], $st->{mirror});
+        my ($args, $refused, @add) = resource_args($_[1], $_[2], $mode, $param);
+        _mutate($st, $method, $args, $refused, add_resource => @add);
         return;
     };
 }

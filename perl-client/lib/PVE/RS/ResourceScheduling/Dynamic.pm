@@ -79,7 +79,7 @@ scheduler. Returns nothing.
 =cut
 
 # Shared with the static scheduler (CRSBridge::Scheduler).
-*add_resource = CRSBridge::Scheduler::_resource_adder('add_resource', 'resource');
+*add_resource = CRSBridge::Scheduler::_resource_adder(MODE, 'add_resource', 'resource');
 
 =item remove_resource($sid)
 

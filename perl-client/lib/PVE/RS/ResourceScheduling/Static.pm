@@ -119,7 +119,7 @@ node>, C<nodes for resource '<sid>' do not exist>. Returns nothing.
 =cut
 
 # Shared with the dynamic scheduler (CRSBridge::Scheduler).
-*add_service = CRSBridge::Scheduler::_resource_adder('add_service', 'service');
+*add_service = CRSBridge::Scheduler::_resource_adder(MODE, 'add_service', 'service');
 
 =item add_service_usage_to_node($nodename, $sid, \%service_stats)
 
@@ -136,7 +136,7 @@ sub add_service_usage_to_node {
     my $name = arg_str($_[1]);
     my $sid = arg_str($_[2]);
     my ($json, $refused, $stats) = static_stats_param($_[3], 'service_stats', 1);
-    $refused ||= $sid eq '' || $name eq '' || $st->{mirror}->memory_risk($stats->{maxmem});
+    $refused ||= $sid eq '' || $name eq '';
     CRSBridge::Scheduler::_mutate($st, 'add_service_usage_to_node', json_str($name) . ',' . json_str($sid) . ',' . $json,
         $refused, legacy_add => $name, $sid, $stats->{maxmem});
     return;
