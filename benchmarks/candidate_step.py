@@ -63,16 +63,20 @@ if sys.argv[5] == "ha":
         for i, node in enumerate(places)
     ]
     usage = {"mode": "dynamic", "nodes": [{"name": n, **stats} for n in names], "resources": resources}
-    params = decoder.convert({"usage": usage, "candidates": bundles, "limit": 1})
+    params = decoder.decode(orjson.dumps({"usage": usage, "candidates": bundles, "limit": 1}))
     scheduler = wire.snapshot_scheduler(params.usage, "normalized")
     scheduler.view()
     print(best_ms(lambda: scheduler.candidate_batch(wire.candidate_columns(params.candidates))))
     sys.exit()
 cluster = Cluster(nodes, count, 1)
-given = {}
-for form in ("expanded", "compact"):
-    given[form] = decoder.convert(orjson.loads(score_request(cluster, form, "bruteforce"))["params"]).candidates
-params = decoder.convert(orjson.loads(score_request(cluster, "compact", "bruteforce"))["params"])
+
+
+def params_of(form):
+    return decoder.decode(orjson.dumps(orjson.loads(score_request(cluster, form, "bruteforce"))["params"]))
+
+
+given = {form: params_of(form).candidates for form in ("expanded", "compact")}
+params = params_of("compact")
 scheduler = wire.snapshot_scheduler(params.usage, "normalized")
 scheduler.view()
 getters = [attrgetter(field) for field in ("sid", "source_node", "target_node")]
