@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from crs_bridge.core import CompactCandidate, DynamicScheduler, NodeStats, ResourceStats  # noqa: E402
+from crs_bridge.core import CompactCandidate, CompactColumns, DynamicScheduler, NodeStats, ResourceStats  # noqa: E402
 from tests import reference as ref  # noqa: E402
 
 GiB = 1 << 30
@@ -115,15 +115,16 @@ def bench_migrations(nodes: int, count: int, args) -> list[list[str]]:
     candidates = ref.expand(usage, cluster.bundles)
     full = count <= args.full_reference_up_to
     sample = candidates if full else random.Random(args.seed).sample(candidates, args.sample)
+    columns = CompactColumns.of(cluster.bundles)
     rows = []
     for method, engine_call, ref_call in (
         ("bruteforce", s.score_best_balancing_migration_candidates, ref.bruteforce),
         ("topsis", s.score_best_balancing_migration_candidates_topsis, ref.topsis),
     ):
-        engine = engine_ms(lambda call=engine_call: call(cluster.bundles, LIMIT), args.runs)
+        engine = engine_ms(lambda call=engine_call: call(columns, LIMIT), args.runs)
         ref_ms, expected = once_ms(lambda call=ref_call: call(view, sample, LIMIT))
         if full:
-            got = [(m.migration, m.imbalance) for m in engine_call(cluster.bundles, LIMIT)]
+            got = [(m.migration, m.imbalance) for m in engine_call(columns, LIMIT)]
             check = "same" if bits(got) == bits(expected) else "DIFFERENT"
             ref_text = f"{ref_ms:.1f}"
         else:

@@ -153,18 +153,29 @@ class Cluster:
             s.add_resource(r["sid"], stats, r["running"], r["current-node"])
         return s
 
-    def core_candidates(self, form: str) -> list:
-        from crs_bridge.core import CompactCandidate, Migration, MigrationCandidate, ResourceStats
+    def core_candidates(self, form: str):
+        """The candidates of ``form`` as the engine takes them (columns)."""
+        from crs_bridge.core import (
+            CandidateColumns,
+            CompactCandidate,
+            CompactColumns,
+            Migration,
+            MigrationCandidate,
+            ResourceStats,
+        )
 
         if form == "compact":
-            return [CompactCandidate(b["leader"], tuple(b["resources"]), tuple(b["nodes"])) for b in self.bundles]
-        return [
-            MigrationCandidate(
-                Migration(c["sid"], c["source-node"], c["target-node"]),
-                ResourceStats(c["stats"]["cpu"], c["stats"]["maxcpu"], c["stats"]["mem"], c["stats"]["maxmem"]),
-            )
-            for c in self.expanded
-        ]
+            bundles = [CompactCandidate(b["leader"], tuple(b["resources"]), tuple(b["nodes"])) for b in self.bundles]
+            return CompactColumns.of(bundles)
+        return CandidateColumns.of(
+            [
+                MigrationCandidate(
+                    Migration(c["sid"], c["source-node"], c["target-node"]),
+                    ResourceStats(c["stats"]["cpu"], c["stats"]["maxcpu"], c["stats"]["mem"], c["stats"]["maxmem"]),
+                )
+                for c in self.expanded
+            ]
+        )
 
 
 def score_request(cluster: Cluster, form: str, method: str, ident: int = 1) -> bytes:

@@ -355,7 +355,7 @@ def _score_staged(state: State, p: Any) -> list[ScoredMigration]:
     if staging.count != p.count:
         problem = f"{staging.count} candidates are staged, not {p.count} (a failed or lost staging: stage them again)"
         raise ParamsError([("count", problem)])
-    batch = concat_batches(staging.parts) if staging.parts else scheduler.candidate_batch([])
+    batch = concat_batches(staging.parts) if staging.parts else scheduler.candidate_batch(wire.candidate_columns([]))
     return score_migrations(batch, p.limit, p.method, scheduler.formula)
 
 

@@ -129,7 +129,7 @@ def _plan(scheduler: Scheduler, p: Any) -> RebalancePlan:
     from ..core.planner import plan_rebalance  # loaded on first use, as in core/__init__.py
 
     options = (p.method, wire.unsigned(p.threshold), wire.unsigned(p.margin), p.max_steps, p.allow_repeat)
-    return plan_rebalance(scheduler, wire.candidate_columns(p.candidates).bundles(), *options)
+    return plan_rebalance(scheduler, wire.candidate_columns(p.candidates), *options)
 
 
 def _plan_rebalance(state: State, p: Any) -> RebalancePlan:

@@ -12,7 +12,7 @@ the wire's names.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from operator import attrgetter
 from typing import Any, get_args, get_origin
 
@@ -202,9 +202,8 @@ def snapshot_scheduler(usage: Any, formula: str) -> Scheduler:
     scheduler = new_scheduler(mode, formula)
     # The models bound every value as the engine's own checks would: the usage takes them as
     # they are (a third of the cost of a big snapshot), checking what needs its state.
-    for node in usage.nodes:
-        stats = static_node_stats(node) if mode == "static" else node_stats(node)
-        scheduler.usage.add_node(node.name, stats)
+    stats_of = static_node_stats if mode == "static" else node_stats
+    scheduler.usage.add_nodes([(node.name, stats_of(node)) for node in usage.nodes])
     scheduler.usage.add_resources([(res.sid, placed(res)) for res in usage.resources])
     return scheduler
 
@@ -226,40 +225,19 @@ _SID, _SOURCE, _TARGET, _STATS = map(attrgetter, ("sid", "source_node", "target_
 _CPU, _MEM = attrgetter("cpu"), attrgetter("mem")
 
 
-class FieldView(Sequence[str]):
-    """One name field of decoded candidates, read in place: the engine maps a column over its node
-    index once and looks at a few rows' sids, and a list of 100k names of its own costs more than
-    that (docs/performance.md). Iterating maps the field's getter over the records, in C."""
-
-    __slots__ = ("_records", "_get")
-
-    def __init__(self, records: list, get: Callable[[Any], str]) -> None:
-        self._records = records
-        self._get = get
-
-    def __len__(self) -> int:
-        return len(self._records)
-
-    def __getitem__(self, row):  # a row (an int), as the engine asks; a slice gives a list
-        if isinstance(row, slice):
-            return list(map(self._get, self._records[row]))
-        return self._get(self._records[row])
-
-    def __iter__(self) -> Iterator[str]:
-        return map(self._get, self._records)
-
-
 def candidate_columns(candidates: list | CompactColumns) -> CandidateColumns | CompactColumns:
     """Candidates of checked params (one form per list: bundles are columns already, see
-    :data:`REPEATING`) as the engine's columns: expanded ones with cpu as float64 cores and mem
-    as int64 bytes."""
+    :data:`REPEATING`) as the engine's columns: expanded ones as lists of names, cpu as float64
+    cores and mem as int64 bytes (their limits were checked by the structs, so none are given).
+    No candidates give empty bundle columns."""
     if type(candidates) is CompactColumns:
         return candidates
     if candidates and type(candidates[0]) is Candidate:
         stats = list(map(_STATS, candidates))
         cpu = np.fromiter(map(_CPU, stats), dtype=np.float64, count=len(stats)) + 0.0  # as unsigned() gives it
         mem = np.fromiter(map(_MEM, stats), dtype=np.int64, count=len(stats))
-        return CandidateColumns(*(FieldView(candidates, get) for get in (_SID, _SOURCE, _TARGET)), cpu, mem)
+        sids, sources, targets = (list(map(get, candidates)) for get in (_SID, _SOURCE, _TARGET))
+        return CandidateColumns(sids, sources, targets, cpu, mem)
     return CompactColumns([], [], [])  # none
 
 

@@ -1,10 +1,12 @@
-"""Migration candidates: the compact (bundle) form the HA manager builds, its expansion, and the
-columnar :class:`CandidateBatch` every scorer works on."""
+"""Migration candidates: the compact (bundle) form the HA manager builds and the expanded form, each
+as the engine takes it (columns: :class:`CompactColumns`, :class:`CandidateColumns`; ``of()`` makes
+them of lists of candidate objects), the expansion, and the columnar :class:`CandidateBatch` every
+scorer works on."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,19 +57,45 @@ class CompactCandidate:
 
 @dataclass(frozen=True, slots=True)
 class CandidateColumns:
-    """Expanded candidates as columns, one row per candidate: move resource ``sids[i]`` with
-    ``cpu[i]`` cores and ``mem[i]`` bytes (its running usage) from node ``sources[i]`` to node
-    ``targets[i]``. What a decoder can hand over without an object per candidate; the columns are
-    checked when the batch is built (:func:`batch_from_columns`)."""
+    """Expanded candidates as columns, the engine's one form of them: row ``i`` moves resource
+    ``sids[i]`` with ``cpu[i]`` cores and ``mem[i]`` bytes (its running usage) from node
+    ``sources[i]`` to node ``targets[i]``. The columns are checked when the batch is built
+    (:func:`batch_from_columns`).
+
+    ``maxcpu`` (cores) and ``maxmem`` (bytes) are the candidates' limits: they play no part in a
+    score (only ``cpu`` and ``mem`` move in a what-if) and are checked only when given, as
+    :meth:`of` gives them; None when the caller checked them already (the wire's structs do).
+
+    The batch keeps ``sids`` as given, not a copy: a caller must not change that list while the
+    batch is in use."""
 
     sids: Sequence[str]
     sources: Sequence[str]
     targets: Sequence[str]
     cpu: Sequence[float] | np.ndarray
     mem: Sequence[int] | np.ndarray
+    maxcpu: Sequence[float] | np.ndarray | None = None
+    maxmem: Sequence[int] | np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.sids)
+
+    @classmethod
+    def of(cls, candidates: Sequence[MigrationCandidate]) -> CandidateColumns:
+        """The columns of candidate objects (an in-process caller's list), limits included, so that
+        the batch checks every field of their stats as :meth:`ResourceStats.checked` would (typed
+        stats can be built without it). An empty list gives empty columns."""
+        migrations = [cand.migration for cand in candidates]
+        stats = [cand.stats for cand in candidates]
+        return cls(
+            sids=[mig.sid for mig in migrations],
+            sources=[mig.source_node for mig in migrations],
+            targets=[mig.target_node for mig in migrations],
+            cpu=[s.cpu for s in stats],
+            mem=[s.mem for s in stats],
+            maxcpu=[s.maxcpu for s in stats],
+            maxmem=[s.maxmem for s in stats],
+        )
 
 
 class RepeatedLists(Sequence[tuple[str, ...]]):
@@ -101,10 +129,10 @@ class RepeatedLists(Sequence[tuple[str, ...]]):
 
 @dataclass(frozen=True, slots=True)
 class CompactColumns:
-    """Bundles as columns, one row per bundle: :class:`CompactCandidate` ``i`` is
-    ``(leaders[i], resources[i], nodes[i])``. What a decoder can hand over without an object per
-    bundle; checked when the batch is built (:func:`expand_compact_columns`). ``nodes`` may be
-    :class:`RepeatedLists`."""
+    """Bundles as columns, the engine's one form of compact candidates: :class:`CompactCandidate`
+    ``i`` is ``(leaders[i], resources[i], nodes[i])``. Checked when the batch is built
+    (:func:`expand_compact`). ``nodes`` may be :class:`RepeatedLists` (a decoder that numbers
+    equal target lists); :meth:`of` makes the columns of a list of bundles."""
 
     leaders: Sequence[str]
     resources: Sequence[Sequence[str]]
@@ -113,8 +141,13 @@ class CompactColumns:
     def __len__(self) -> int:
         return len(self.leaders)
 
+    @classmethod
+    def of(cls, bundles: Sequence[CompactCandidate]) -> CompactColumns:
+        """The columns of bundle objects (an in-process caller's list; empty gives empty columns)."""
+        return cls([b.leader for b in bundles], [b.resources for b in bundles], [b.nodes for b in bundles])
+
     def bundles(self) -> list[CompactCandidate]:
-        """The bundles as :class:`CompactCandidate` objects."""
+        """The bundles as :class:`CompactCandidate` objects (what :meth:`of` takes)."""
         return [CompactCandidate(*row) for row in zip(self.leaders, map(tuple, self.resources), map(tuple, self.nodes))]
 
 
@@ -165,154 +198,103 @@ def _ranks(names: Sequence[str]) -> np.ndarray:
     return np.array([rank[name] for name in names], dtype=np.int64)
 
 
-def _check_targets(compact: Sequence[CompactCandidate], counts: list[int], src: np.ndarray, tgt: np.ndarray) -> None:
-    """Refuse unknown targets and targets equal to the source (product decision 4: upstream
-    accepts both and then scores nonsense). ``tgt`` is -1 for unknown names."""
-    bad = np.flatnonzero((tgt < 0) | (tgt == src))
-    if len(bad) == 0:
-        return
-    row = int(bad[0])
-    starts = np.cumsum([0, *counts])
-    i = int(np.searchsorted(starts, row, side="right")) - 1
-    k = row - int(starts[i])
-    name = compact[i].nodes[k]
-    problem = f"target node '{name}' does not exist" if tgt[row] < 0 else f"target node '{name}' is the source node"
-    raise InvalidInputError(f"candidates[{i}].nodes[{k}]", problem)
+def bundles_usage(
+    usage: Usage, leaders: Sequence[str], members: Sequence[Sequence[str]]
+) -> tuple[list[str], list[float], list[int]]:
+    """Validate bundles as upstream does (bundle ``i``: ``members[i]`` led by ``leaders[i]``) and
+    return, per bundle, the leader's node and the members' running usage summed: (nodes, cpu in
+    cores, mem in bytes).
 
-
-def _node_indices(index: dict[str, int], names: list[str]) -> np.ndarray:
-    """Positions of ``names`` in the view, -1 for an unknown name."""
-    try:  # the common case, all known: a C-level loop
-        return np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=len(names))
-    except KeyError:
-        return np.array([index.get(name, -1) for name in names], dtype=np.int64)
-
-
-def bundle_stats(usage: Usage, bundle: CompactCandidate) -> tuple[str, ResourceStats]:
-    """Validate a bundle as upstream does and return (leader's node, summed stats of the bundle).
-
-    Errors, in upstream's order and words: unknown or non-stationary leader, leader missing from
-    ``resources``, a member unknown, on another node, or non-stationary. Members listed twice
-    are counted twice, as upstream does.
+    Errors (SchedulingError), in upstream's order and words, the first failing bundle's: unknown
+    or non-stationary leader, leader missing from its members, a member unknown, non-stationary,
+    or on another node. Members listed twice are counted twice, as upstream does. The sums are the
+    field-wise left fold from zeros of :meth:`ResourceStats.__add__` (so a lone ``-0.0`` cpu sums
+    to ``0.0``); no bound is checked here.
     """
-    leader = usage.resource(bundle.leader)
-    if leader is None:
-        raise SchedulingError(f"leader '{bundle.leader}' is not present in the cluster usage")
-    if leader.is_moving:
-        raise SchedulingError(f"leader '{bundle.leader}' is non-stationary")
-    if bundle.leader not in bundle.resources:
-        raise SchedulingError(f"leader '{bundle.leader}' is not present in the resources list")
-    # The field-wise left fold from zeros of ResourceStats.__add__, without an object per step.
-    cpu, maxcpu, mem, maxmem = ZERO_RESOURCE.cpu, ZERO_RESOURCE.maxcpu, ZERO_RESOURCE.mem, ZERO_RESOURCE.maxmem
-    for sid in bundle.resources:
-        member = usage.resource(sid)
-        if member is None:
-            raise SchedulingError(f"resource '{sid}' is not present in the cluster usage")
-        if member.is_moving:
-            raise SchedulingError(f"resource '{sid}' is non-stationary")
-        if member.current != leader.current:
-            raise SchedulingError(f"resource '{sid}' is on other node than leader")
-        stats = member.stats
-        cpu, maxcpu, mem, maxmem = cpu + stats.cpu, maxcpu + stats.maxcpu, mem + stats.mem, maxmem + stats.maxmem
-    return leader.current, ResourceStats(cpu, maxcpu, mem, maxmem)
-
-
-def expand_compact(usage: Usage, view: NodeView, compact: Sequence[CompactCandidate]) -> CandidateBatch:
-    """Expand bundles into one candidate per allowed target, in bundle then ``nodes`` order.
-
-    Any invalid bundle or target fails the whole call (no partial result). Upstream's errors
-    (:func:`bundle_stats`, in bundle order) come first, for the whole list: where upstream
-    fails anyway, its error wins over crs-bridge's own refusals (a bundle's memory beyond the
-    limit, unknown targets and targets equal to the source, product decision 4), which come
-    next, in bundle order.
-    """
-    index = view.index()
-    bundles = [bundle_stats(usage, bundle) for bundle in compact]
-    for i, (_, stats) in enumerate(bundles):
-        if stats.mem > MAX_BYTES:
-            raise InvalidInputError(f"candidates[{i}].resources", f"bundle memory exceeds {MAX_BYTES} bytes")
-    counts = np.array([len(bundle.nodes) for bundle in compact], dtype=np.int64)
-    src = np.repeat(np.array([index[source] for source, _ in bundles], dtype=np.int64), counts)
-    tgt = _node_indices(index, [name for bundle in compact for name in bundle.nodes])
-    _check_targets(compact, counts.tolist(), src, tgt)
-    return CandidateBatch(
-        view=view,
-        sids=[bundle.leader for bundle in compact],
-        sid_index=np.repeat(np.arange(len(counts), dtype=np.int64), counts),
-        src=src,
-        tgt=tgt,
-        cpu=np.repeat(np.array([stats.cpu for _, stats in bundles], dtype=np.float64), counts),
-        mem=np.repeat(np.array([stats.mem for _, stats in bundles], dtype=np.int64), counts),
-    )
-
-
-def expand_compact_columns(usage: Usage, view: NodeView, compact: CompactColumns) -> CandidateBatch:
-    """:func:`expand_compact` of bundles given as columns: the same batch, or the same error.
-
-    Valid bundles are expanded in one pass over plain values; anything else (an error to
-    report, in :func:`expand_compact`'s order) is left to :func:`expand_compact`.
-    """
-    batch = _valid_compact_batch(usage, view, compact)
-    return batch if batch is not None else expand_compact(usage, view, compact.bundles())
-
-
-def _valid_compact_batch(usage: Usage, view: NodeView, compact: CompactColumns) -> CandidateBatch | None:
-    """The batch when every bundle and target is valid (:func:`bundle_stats`'s rules, known
-    targets other than the source), else None."""
-    resource, index = usage.resource_getter(), view.index()
-    sources: list[int] = []
+    resource = usage.resource_getter()
+    nodes: list[str] = []
     cpu: list[float] = []
     mem: list[int] = []
-    for leader_sid, members in zip(compact.leaders, compact.resources):
+    for leader_sid, sids in zip(leaders, members):
         leader = resource(leader_sid)
-        if leader is None or leader.target is not None or leader_sid not in members:
-            return None
-        # bundle_stats' fold from zeros, member by member: the same sums to the last bit. For the
-        # leader alone, the common bundle, that is 0 + mem (the same int) and 0.0 + cpu, which is
-        # done below on the whole column.
-        if len(members) == 1:
-            stats = leader.stats
-            bundle_cpu, bundle_mem = stats.cpu, stats.mem
+        if leader is None:
+            raise SchedulingError(f"leader '{leader_sid}' is not present in the cluster usage")
+        if leader.target is not None:
+            raise SchedulingError(f"leader '{leader_sid}' is non-stationary")
+        if leader_sid not in sids:
+            raise SchedulingError(f"leader '{leader_sid}' is not present in the resources list")
+        node, bundle_cpu, bundle_mem = leader.current, ZERO_RESOURCE.cpu, ZERO_RESOURCE.mem
+        if len(sids) == 1:  # the leader alone, the common bundle, checked above: the fold's one step
+            bundle_cpu, bundle_mem = bundle_cpu + leader.stats.cpu, bundle_mem + leader.stats.mem
         else:
-            bundle_cpu, bundle_mem = ZERO_RESOURCE.cpu, ZERO_RESOURCE.mem
-            for sid in members:
+            for sid in sids:
                 member = resource(sid)
-                if member is None or member.target is not None or member.current != leader.current:
-                    return None
+                if member is None:
+                    raise SchedulingError(f"resource '{sid}' is not present in the cluster usage")
+                if member.target is not None:
+                    raise SchedulingError(f"resource '{sid}' is non-stationary")
+                if member.current != node:
+                    raise SchedulingError(f"resource '{sid}' is on other node than leader")
                 bundle_cpu += member.stats.cpu
                 bundle_mem += member.stats.mem
-            if bundle_mem > MAX_BYTES:  # (a lone leader's is a resource's: the usage holds it)
-                return None
-        sources.append(index[leader.current])
+        nodes.append(node)
         cpu.append(bundle_cpu)
         mem.append(bundle_mem)
-    targets = _target_positions(index, compact.nodes)
-    if targets is None:  # an unknown target node
-        return None
-    tgt, counts = targets
-    # The arrays' own repeat, not np.repeat: half the fixed cost (0.35 against 0.8 us), which
-    # counts on a small cluster.
-    src = np.array(sources, dtype=np.int64).repeat(counts)
-    if (tgt == src).any():
-        return None
+    return nodes, cpu, mem
+
+
+def expand_compact(usage: Usage, view: NodeView, compact: CompactColumns) -> CandidateBatch:
+    """Expand bundles into one candidate per allowed target, in bundle then ``nodes`` order: each
+    moves the bundle's summed ``cpu`` (cores) and ``mem`` (bytes) from the leader's node.
+
+    Any invalid bundle or target fails the whole call (no partial result). Upstream's errors
+    (:func:`bundles_usage`, in bundle order) come first, for the whole list: where upstream
+    fails anyway, its error wins over crs-bridge's own refusals (a bundle's memory beyond the
+    limit, unknown targets and targets equal to the source, product decision 4), which come
+    next, in bundle order. No bundles give an empty batch.
+    """
+    index = view.index()
+    sources, cpu, mem = bundles_usage(usage, compact.leaders, compact.resources)
+    if mem and max(mem) > MAX_BYTES:
+        i = next(i for i, bundle_mem in enumerate(mem) if bundle_mem > MAX_BYTES)
+        raise InvalidInputError(f"candidates[{i}].resources", f"bundle memory exceeds {MAX_BYTES} bytes")
+    tgt, counts = _target_positions(index, compact.nodes)
+    src = _node_indices(index, sources, len(sources)).repeat(counts)
+    _check_targets(compact.nodes, counts, src, tgt)
     return CandidateBatch(
         view=view,
         sids=list(compact.leaders),
         sid_index=np.arange(len(sources), dtype=np.int64).repeat(counts),
         src=src,
         tgt=tgt,
-        # + 0.0: the lone leaders' fold (-0.0 becomes 0.0); a fold from 0.0 is never -0.0, so
-        # the other bundles' sums stay as they are.
-        cpu=(np.array(cpu, dtype=np.float64) + ZERO_RESOURCE.cpu).repeat(counts),
+        cpu=np.array(cpu, dtype=np.float64).repeat(counts),
         mem=np.array(mem, dtype=np.int64).repeat(counts),
     )
 
 
-def _target_positions(
-    index: dict[str, int], nodes: Sequence[Sequence[str]]
-) -> tuple[np.ndarray, np.ndarray | int] | None:
-    """The target nodes of all rows, one after the other, as positions in the view, and each
-    row's count of them (one count for all if they are alike); None if one is unknown.
+def _check_targets(nodes: Sequence[Sequence[str]], counts: np.ndarray | int, src: np.ndarray, tgt: np.ndarray) -> None:
+    """Refuse unknown targets and targets equal to the source (product decision 4: upstream
+    accepts both and then scores nonsense), naming the first. ``tgt`` is -1 for unknown names."""
+    bad = np.flatnonzero((tgt < 0) | (tgt == src))
+    if len(bad) == 0:
+        return
+    row = int(bad[0])
+    starts = np.concatenate(([0], np.cumsum(np.broadcast_to(counts, len(nodes)))))
+    i = int(np.searchsorted(starts, row, side="right")) - 1
+    k = row - int(starts[i])
+    name = nodes[i][k]
+    problem = f"target node '{name}' does not exist" if tgt[row] < 0 else f"target node '{name}' is the source node"
+    raise InvalidInputError(f"candidates[{i}].nodes[{k}]", problem)
+
+
+def _node_indices(index: dict[str, int], names: Iterable[str], count: int) -> np.ndarray:
+    """Positions of the ``count`` ``names`` in the view, -1 for an unknown name (one pass, in C)."""
+    return np.fromiter(map(index.get, names, itertools.repeat(-1)), dtype=np.int64, count=count)
+
+
+def _target_positions(index: dict[str, int], nodes: Sequence[Sequence[str]]) -> tuple[np.ndarray, np.ndarray | int]:
+    """The target nodes of all rows, one after the other, as positions in the view (-1 for an
+    unknown name), and each row's count of them (one count for all if they are alike).
 
     Target lists repeat (all nodes but the guest's own, say): each distinct one is looked up once,
     and the rows' positions are gathered from the distinct ones' in one NumPy step."""
@@ -326,15 +308,10 @@ def _target_positions(
     # The distinct lists one after the other, looked up in one pass (not one per list: a round
     # of bundles with hundreds of distinct lists of a few dozen names each spent more time
     # starting the passes than in them).
-    try:
-        names = itertools.chain.from_iterable(distinct)
-        table = np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=sum(widths))
-    except KeyError:
-        return None
+    table = _node_indices(index, itertools.chain.from_iterable(distinct), sum(widths))
     width = widths[0]
     if widths.count(width) == len(widths):
-        # Lists of one length (all nodes but the guest's own) are a table's rows: one gather, not
-        # the offsets' steps below (30 bundles: 9 us instead of 15; 300: 28 instead of 35).
+        # Lists of one length (all nodes but the guest's own) are a table's rows: one gather.
         return table.reshape(len(distinct), width)[dense].reshape(-1), width
     # Else counts[i] positions from its start in the table.
     lengths = np.array(widths, dtype=np.int64)
@@ -378,64 +355,17 @@ def concat_batches(parts: Sequence[CandidateBatch]) -> CandidateBatch:
     )
 
 
-def batch_from_candidates(view: NodeView, candidates: Sequence[MigrationCandidate]) -> CandidateBatch:
-    """Columnar form of already expanded candidates; source and target must be known, different nodes.
+def batch_from_columns(view: NodeView, columns: CandidateColumns) -> CandidateBatch:
+    """The batch of expanded candidates: row i moves ``columns.cpu[i]`` cores and ``columns.mem[i]``
+    bytes of ``columns.sids[i]`` from its source to its target node, both known and different.
 
-    Errors (InvalidInputError) name the first failing candidate: its unknown source, its unknown
-    or same target, then its stats in field order (see :meth:`ResourceStats.checked`).
+    Errors (InvalidInputError) name the first failing row: its unknown source, its unknown or
+    same target, then its stats in field order (``cpu``, ``maxcpu``, ``mem``, ``maxmem``; the
+    limits only if given), as :meth:`ResourceStats.checked` words them. ValueError if the
+    columns differ in length. No rows give an empty batch.
     """
-    migrations = [cand.migration for cand in candidates]
-    stats = [cand.stats for cand in candidates]
-    columns = CandidateColumns(
-        sids=[mig.sid for mig in migrations],
-        sources=[mig.source_node for mig in migrations],
-        targets=[mig.target_node for mig in migrations],
-        cpu=[s.cpu for s in stats],
-        mem=[s.mem for s in stats],
-    )
-    limits = (cores_column([s.maxcpu for s in stats]), bytes_column([s.maxmem for s in stats]))
-    batch = _bulk_checked_batch(view, columns) if all(c is not None for c in limits) else None
-    # Anything the bulk checks do not pass is checked one candidate at a time, for its exact error.
-    return batch if batch is not None else _batch_row_by_row(view, candidates)
-
-
-def _batch_row_by_row(view: NodeView, candidates: Sequence[MigrationCandidate]) -> CandidateBatch:
-    index = view.index()
-    sid_of: dict[str, int] = {}
-    sid_index, src, tgt, cpu, mem = [], [], [], [], []
-    for i, cand in enumerate(candidates):
-        mig = cand.migration
-        s = index.get(mig.source_node)
-        if s is None:
-            raise InvalidInputError(f"candidates[{i}].source-node", f"source node '{mig.source_node}' does not exist")
-        t = index.get(mig.target_node)
-        if t is None or t == s:
-            problem = "does not exist" if t is None else "is the source node"
-            raise InvalidInputError(f"candidates[{i}].target-node", f"target node '{mig.target_node}' {problem}")
-        src.append(s)
-        tgt.append(t)
-        sid_index.append(sid_of.setdefault(mig.sid, len(sid_of)))
-        given = cand.stats  # re-validated: typed stats can be built without ``checked``
-        stats = ResourceStats.checked(given.cpu, given.maxcpu, given.mem, given.maxmem, f"candidates[{i}].stats")
-        cpu.append(stats.cpu)
-        mem.append(stats.mem)
-    return _batch(view, list(sid_of), sid_index, src, tgt, cpu, mem)
-
-
-def batch_from_columns(
-    view: NodeView,
-    sids: Sequence[str],
-    sources: Sequence[str],
-    targets: Sequence[str],
-    cpu: Sequence[float] | np.ndarray,
-    mem: Sequence[int] | np.ndarray,
-) -> CandidateBatch:
-    """:func:`batch_from_candidates` for candidates given as columns (see :class:`CandidateColumns`):
-    row i moves ``cpu[i]`` cores and ``mem[i]`` bytes of ``sids[i]``. Checked in bulk, with the same
-    errors: the first failing row's unknown source, unknown or same target, then ``cpu``, ``mem``.
-    """
-    columns = CandidateColumns(sids, sources, targets, cpu, mem)
-    if not len(sources) == len(targets) == len(cpu) == len(mem) == len(sids):
+    given = (columns.sources, columns.targets, columns.cpu, columns.mem, columns.maxcpu, columns.maxmem)
+    if any(column is not None and len(column) != len(columns) for column in given):
         raise ValueError("candidate columns differ in length")
     batch = _bulk_checked_batch(view, columns)
     if batch is not None:
@@ -447,19 +377,34 @@ def batch_from_columns(
     return _columns_batch(view, columns.sids, src, tgt, cpu, mem)
 
 
+#: The stats columns of :class:`CandidateColumns` in field order: (name, the column as an array if
+#: its values are plain numbers, each entry's bulk check, the one value's check).
+_STATS_COLUMNS = (
+    ("cpu", cores_column, cores_ok, check_cores),
+    ("maxcpu", cores_column, cores_ok, check_cores),
+    ("mem", bytes_column, bytes_ok, check_bytes),
+    ("maxmem", bytes_column, bytes_ok, check_bytes),
+)
+
+
 def _bulk_checked_batch(view: NodeView, columns: CandidateColumns) -> CandidateBatch | None:
     """The batch if every row passes; raises the first failing row's error; None when the
     columns hold values the bulk checks cannot judge (not plain numbers)."""
-    cpu, mem = cores_column(columns.cpu, checked=False), bytes_column(columns.mem, checked=False)
-    if cpu is None or mem is None:
-        return None
     index = view.index()
-    src, tgt = _node_indices(index, columns.sources), _node_indices(index, columns.targets)
-    bad = (src < 0) | (tgt < 0) | (tgt == src) | ~cores_ok(cpu) | ~bytes_ok(mem)
+    src, tgt = _node_indices(index, columns.sources, len(columns)), _node_indices(index, columns.targets, len(columns))
+    bad = (src < 0) | (tgt < 0) | (tgt == src)
+    stats = {}
+    for name, as_array, ok, _ in _STATS_COLUMNS:
+        values = getattr(columns, name)
+        if values is not None:
+            stats[name] = as_array(values, checked=False)
+            if stats[name] is None:
+                return None
+            bad |= ~ok(stats[name])
     if bad.any():
         _checked_row(index, columns, int(np.argmax(bad)))
         raise AssertionError("a row failing the bulk checks passed the row checks")
-    return _columns_batch(view, columns.sids, src, tgt, cpu + 0.0, mem)
+    return _columns_batch(view, columns.sids, src, tgt, stats["cpu"] + 0.0, stats["mem"])
 
 
 def _columns_batch(view: NodeView, sids: Sequence[str], src, tgt, cpu, mem) -> CandidateBatch:
@@ -467,7 +412,7 @@ def _columns_batch(view: NodeView, sids: Sequence[str], src, tgt, cpu, mem) -> C
     # the rows, and only the few rows a scoring returns ever need their sid.
     return CandidateBatch(
         view=view,
-        sids=list(sids) if isinstance(sids, list) else sids,  # a list may change; other sequences are kept
+        sids=sids,
         sid_index=np.arange(len(sids)),
         src=np.asarray(src, dtype=np.int64),
         tgt=np.asarray(tgt, dtype=np.int64),
@@ -477,7 +422,7 @@ def _columns_batch(view: NodeView, sids: Sequence[str], src, tgt, cpu, mem) -> C
 
 
 def _checked_row(index: dict[str, int], columns: CandidateColumns, i: int) -> tuple[int, int, float, int]:
-    """Row ``i`` as (source index, target index, cpu, mem), checked in :func:`batch_from_candidates`'
+    """Row ``i`` as (source index, target index, cpu, mem), checked in :func:`batch_from_columns`'
     order; raises the row's first error."""
     source, target = columns.sources[i], columns.targets[i]
     s = index.get(source)
@@ -487,22 +432,14 @@ def _checked_row(index: dict[str, int], columns: CandidateColumns, i: int) -> tu
     if t is None or t == s:
         problem = "does not exist" if t is None else "is the source node"
         raise InvalidInputError(f"candidates[{i}].target-node", f"target node '{target}' {problem}")
-    cpu = check_cores(f"candidates[{i}].stats.cpu", _python_number(columns.cpu[i]))
-    return s, t, cpu, check_bytes(f"candidates[{i}].stats.mem", _python_number(columns.mem[i]))
+    stats = {
+        name: check(f"candidates[{i}].stats.{name}", _python_number(values[i]))
+        for name, _, _, check in _STATS_COLUMNS
+        if (values := getattr(columns, name)) is not None
+    }  # checked in field order
+    return s, t, stats["cpu"], stats["mem"]
 
 
 def _python_number(value: object) -> object:
     # A NumPy int64 is no int to check_bytes; judge the value it holds.
     return value.item() if isinstance(value, np.generic) else value
-
-
-def _batch(view, sids, sid_index, src, tgt, cpu, mem) -> CandidateBatch:
-    return CandidateBatch(
-        view=view,
-        sids=sids,
-        sid_index=np.array(sid_index, dtype=np.int64),
-        src=np.array(src, dtype=np.int64),
-        tgt=np.array(tgt, dtype=np.int64),
-        cpu=np.array(cpu, dtype=np.float64),
-        mem=np.array(mem, dtype=np.int64),
-    )

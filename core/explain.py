@@ -164,8 +164,9 @@ def explain_migrations(
     threshold: float | None = None,
     margin: float | None = None,
 ) -> Explanation:
-    """Explain ``scheduler``'s scoring of ``candidates`` (compact or expanded) with ``method`` and
-    ``limit``; see :func:`explain_batch`. The scheduler is not changed."""
+    """Explain ``scheduler``'s scoring of ``candidates`` (columns of bundles or of expanded ones, see
+    :data:`core.modes.Candidates`) with ``method`` and ``limit``; see :func:`explain_batch`. The
+    scheduler is not changed."""
     return explain_batch(scheduler.candidate_batch(candidates), method, scheduler.formula, limit, threshold, margin)
 
 

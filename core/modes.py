@@ -12,14 +12,10 @@ from collections.abc import Sequence
 from .candidates import (
     CandidateBatch,
     CandidateColumns,
-    CompactCandidate,
     CompactColumns,
-    MigrationCandidate,
     ScoredMigration,
-    batch_from_candidates,
     batch_from_columns,
     expand_compact,
-    expand_compact_columns,
 )
 from .imbalance import DEFAULT_FORMULA, Formula, check_formula
 from .scheduler import (
@@ -32,8 +28,10 @@ from .scheduler import (
 from .stats import NodeStats, ResourceStats
 from .usage import Aggregation, NodeView, Resource, Usage
 
-#: Compact or expanded candidates (one form per call), or either form as columns.
-Candidates = Sequence[CompactCandidate | MigrationCandidate] | CandidateColumns | CompactColumns
+#: Candidates as the engine takes them: expanded ones as :class:`CandidateColumns`, compact ones
+#: (bundles) as :class:`CompactColumns`; lists of candidate objects become columns through
+#: :meth:`CandidateColumns.of` and :meth:`CompactColumns.of`.
+Candidates = CandidateColumns | CompactColumns
 
 
 def _checked(stats: NodeStats | ResourceStats, where: str):
@@ -84,16 +82,16 @@ class Scheduler:
         self.usage.add_resources([(sid, _checked_resource(res, "resource.stats")) for sid, res in rows])
 
     def candidate_batch(self, candidates: Candidates) -> CandidateBatch:
-        """Expand compact candidates (or take expanded ones) over the balancing view."""
-        view = self.view()
-        if isinstance(candidates, CandidateColumns):
-            c = candidates
-            return batch_from_columns(view, c.sids, c.sources, c.targets, c.cpu, c.mem)
+        """The candidates over the balancing view: bundles expanded (:func:`expand_compact`),
+        expanded ones checked (:func:`batch_from_columns`). TypeError for any other form."""
         if isinstance(candidates, CompactColumns):
-            return expand_compact_columns(self.usage, view, candidates)
-        if candidates and isinstance(candidates[0], MigrationCandidate):
-            return batch_from_candidates(view, candidates)  # type: ignore[arg-type]
-        return expand_compact(self.usage, view, candidates)  # type: ignore[arg-type]
+            return expand_compact(self.usage, self.view(), candidates)
+        if isinstance(candidates, CandidateColumns):
+            return batch_from_columns(self.view(), candidates)
+        raise TypeError(
+            f"candidates must be CandidateColumns or CompactColumns (a list becomes them through their of()), "
+            f"got {type(candidates).__name__}"
+        )
 
     def score_best_balancing_migration_candidates(self, candidates: Candidates, limit: int) -> list[ScoredMigration]:
         """Bruteforce: the ``limit`` migrations leaving the lowest imbalance, best first."""

@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .candidates import CompactCandidate, Migration, bundle_stats, expand_compact
+from .candidates import CompactCandidate, CompactColumns, Migration, bundles_usage, expand_compact
 from .errors import InvalidInputError
 from .explain import ClusterLoad, check_fraction, cluster_load, explain_batch
 from .imbalance import Formula
 from .modes import Scheduler
 from .scheduler import Method, calculate_node_imbalance, check_method
-from .stats import NodeStats, add_running, remove_running
+from .stats import NodeStats, ResourceStats, add_running, remove_running
 from .usage import Resource, Usage
 from .verdicts import HA_MARGIN, HA_THRESHOLD, MAX_STEPS, NO_IMPROVEMENT, PLAN_MAX_STEPS
 
@@ -60,7 +60,7 @@ class RebalancePlan:
 
 def plan_rebalance(
     scheduler: Scheduler,
-    candidates: Sequence[CompactCandidate],
+    candidates: CompactColumns,
     method: Method = "bruteforce",
     threshold: float = HA_THRESHOLD,
     margin: float = HA_MARGIN,
@@ -68,6 +68,7 @@ def plan_rebalance(
     allow_repeat: bool = False,
 ) -> RebalancePlan:
     """Plan rebalancing moves on a copy of ``scheduler``'s cluster until one HA check says stop.
+    ``candidates``: bundles as columns (:meth:`CompactColumns.of` makes them of a list).
 
     Per step: stop when the imbalance is <= ``threshold``, after ``max_steps`` moves (None: no
     limit), when no candidate is left, when no move lowers the imbalance (predicted, or once
@@ -84,8 +85,10 @@ def plan_rebalance(
     method = check_method(method)
     threshold, margin = _required_fraction("threshold", threshold), _required_fraction("margin", margin)
     max_steps = _check_max_steps(max_steps)
-    if any(not isinstance(c, CompactCandidate) for c in candidates):
-        raise InvalidInputError("candidates", "the planner needs compact candidates (bundles with their target nodes)")
+    if not isinstance(candidates, CompactColumns):
+        problem = "the planner needs compact candidates (bundles with their target nodes, as CompactColumns)"
+        raise InvalidInputError("candidates", problem)
+    all_bundles = candidates.bundles()
     aggregation, formula = scheduler.balance_view, scheduler.formula
     usage = _copy(scheduler.usage)
     moved: set[str] = set()
@@ -97,8 +100,8 @@ def plan_rebalance(
         if len(steps) == max_steps and imbalance > threshold:
             reason, message = MAX_STEPS, f"Stopped after the step limit of {max_steps} moves."
             break
-        bundles = _open_bundles(usage, candidates, moved, allow_repeat)
-        batch = expand_compact(usage, view, bundles)
+        bundles = _open_bundles(usage, all_bundles, moved, allow_repeat)
+        batch = expand_compact(usage, view, CompactColumns.of(bundles))
         why = explain_batch(batch, method, formula, 1, threshold, margin)
         if not why.would_migrate:
             reason, message = why.reason, why.message
@@ -175,7 +178,8 @@ def _moved(usage: Usage, bundle: CompactCandidate, target: str, dynamic: bool) -
     """A new usage with ``bundle`` moved to ``target``; ``usage`` is left as it is."""
     node_stats = {}
     if dynamic:
-        source, stats = bundle_stats(usage, bundle)
+        (source,), (cpu,), (mem,) = bundles_usage(usage, [bundle.leader], [bundle.resources])
+        stats = ResourceStats(cpu, 0.0, mem, 0)  # only the running usage moves (remove_running, add_running)
         node_stats = {
             source: remove_running(usage.node_stats(source), stats),
             target: add_running(usage.node_stats(target), stats),

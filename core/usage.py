@@ -165,6 +165,13 @@ class Usage:
         self._nodes[name] = _Node(stats)
         self._views.clear()
 
+    def add_nodes(self, rows: Iterable[tuple[str, NodeStats]]) -> None:
+        """:meth:`add_node` for each ``(name, stats)`` in order (a snapshot's nodes): the same checks
+        and errors; at the first error the nodes before it stay added (as adding them one by one
+        would)."""
+        for name, stats in rows:
+            self.add_node(name, stats)
+
     def remove_node(self, name: str) -> None:
         """Remove a node; never fails. Its stationary resources go; moving ones stay on the other node."""
         node = self._nodes.pop(name, None)

@@ -17,6 +17,7 @@ from crs_bridge import core
 from crs_bridge.core import SchedulingError
 from crs_bridge.core.topsis import topsis_scores
 from crs_bridge.core.whatif import square_sums_and_maxima
+from tests import columns
 
 #: Loads as the engine makes them: fractions, some equal (identical nodes), zero, tiny, above 1.
 LOADS = st.sampled_from([0.0, 0.25, 0.5, 1.0 / 3.0, 1.5, 5e-324]) | st.floats(0.0, 4.0)
@@ -94,6 +95,6 @@ def test_an_empty_batch_on_no_nodes_has_empty_criteria(mode):
     from crs_bridge.core.scheduler import topsis_criteria, topsis_order
     from crs_bridge.core.whatif import what_if
 
-    w = what_if(core.new_scheduler(mode).candidate_batch([]))
+    w = what_if(core.new_scheduler(mode).candidate_batch(columns([])))
     assert topsis_criteria(w).shape == (0, 4)
     assert topsis_order(w).tolist() == []

@@ -21,10 +21,11 @@ from crs_bridge.core import (
     SchedulingError,
     StaticScheduler,
 )
-from crs_bridge.core.candidates import Migration, MigrationCandidate, batch_from_candidates
+from crs_bridge.core.candidates import CandidateColumns, Migration, MigrationCandidate, batch_from_columns
 from crs_bridge.core.imbalance import truncate
 from crs_bridge.core.topsis import topsis_rank, topsis_scores
 from crs_bridge.core.usage import NodeView
+from tests import columns
 from tests import reference as ref
 
 GiB, MiB = 1 << 30, 1 << 20
@@ -111,7 +112,7 @@ def test_bruteforce_order_and_what_if_values(cluster, formula):
     to2, to3 = WHAT_IF[formula][cluster]
     expected = [(TO_NODE3, to3), (TO_NODE2, to2)]
     assert ref.bruteforce(CLUSTERS[cluster], ref_candidates(), 10, formula) == expected
-    scored = crate_scheduler(cluster, formula).score_best_balancing_migration_candidates(BUNDLE, 10)
+    scored = crate_scheduler(cluster, formula).score_best_balancing_migration_candidates(columns(BUNDLE), 10)
     assert [(m.migration, bits(m.imbalance)) for m in scored] == [(m, bits(v)) for m, v in expected]
 
 
@@ -121,7 +122,7 @@ def test_topsis_order_keeps_each_what_if_imbalance(cluster, formula):
     to2, to3 = WHAT_IF[formula][cluster]
     expected = [(TO_NODE2, to2), (TO_NODE3, to3)]
     assert ref.topsis(CLUSTERS[cluster], ref_candidates(), 10, formula) == expected
-    scored = crate_scheduler(cluster, formula).score_best_balancing_migration_candidates_topsis(BUNDLE, 10)
+    scored = crate_scheduler(cluster, formula).score_best_balancing_migration_candidates_topsis(columns(BUNDLE), 10)
     assert [(m.migration, bits(m.imbalance)) for m in scored] == [(m, bits(v)) for m, v in expected]
 
 
@@ -137,7 +138,7 @@ def test_topsis_scores_are_the_published_values(cluster, monkeypatch):
         return scores
 
     monkeypatch.setattr(core.scheduler, "topsis_scores", spy)
-    crate_scheduler(cluster).score_best_balancing_migration_candidates_topsis(BUNDLE, 1)
+    crate_scheduler(cluster).score_best_balancing_migration_candidates_topsis(columns(BUNDLE), 1)
     assert [[bits(v) for v in s] for s in seen] == [[bits(v) for v in expected]]
 
 
@@ -156,11 +157,11 @@ def test_start_orders(cluster, case):
 def test_expanded_candidates_score_as_the_compact_form():
     s = crate_scheduler("homogeneous")
     expanded = [MigrationCandidate(TO_NODE2, VM101), MigrationCandidate(TO_NODE3, VM101)]
-    assert s.score_best_balancing_migration_candidates(expanded, 2) == s.score_best_balancing_migration_candidates(
-        BUNDLE, 2
-    )
+    assert s.score_best_balancing_migration_candidates(
+        columns(expanded), 2
+    ) == s.score_best_balancing_migration_candidates(columns(BUNDLE), 2)
     topsis = s.score_best_balancing_migration_candidates_topsis
-    assert topsis(expanded, 2) == topsis(BUNDLE, 2)
+    assert topsis(columns(expanded), 2) == topsis(columns(BUNDLE), 2)
 
 
 # -- §5.4 truncation -------------------------------------------------------------------------
@@ -196,7 +197,7 @@ def test_truncated_ties_are_ordered_by_migration(to_node2, to_node3, first):
         MigrationCandidate(Migration("vm:102", "node1", "node3"), VM101),
         MigrationCandidate(Migration("vm:102", "node1", "node2"), VM101),
     ]
-    batch = batch_from_candidates(_node3_view(), candidates)
+    batch = batch_from_columns(_node3_view(), CandidateColumns.of(candidates))
     values = np.array([truncate(to_node3), truncate(to_node2)])
     order = core.scheduler._ordered(batch, np.arange(2), values)
     assert batch.migration(int(order[0])).target_node == first
@@ -448,5 +449,5 @@ def test_subnormal_loads_give_the_same_value_on_every_path(formula):
     value = s.calculate_node_imbalance()
     expected = ref.imbalance([("a", NodeStats(1e-323, 1, 0, 1)), ("b", NodeStats(0.0, 1, 0, 1))], formula)
     assert value == expected == 0.0 and not math.copysign(1.0, value) < 0
-    (scored,) = s.score_best_balancing_migration_candidates(moves_nothing, 1)
+    (scored,) = s.score_best_balancing_migration_candidates(columns(moves_nothing), 1)
     assert scored.imbalance == 0.0

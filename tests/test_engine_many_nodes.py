@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from crs_bridge import core
 from crs_bridge.core import NodeStats, ResourceStats
-from crs_bridge.core.candidates import Migration, MigrationCandidate, batch_from_candidates
+from crs_bridge.core.candidates import CandidateColumns, Migration, MigrationCandidate, batch_from_columns
 from crs_bridge.core.usage import NodeView
 from tests import reference as ref
 from tests.test_engine_properties import BELOW_NORMAL_SQUARES, scored_bits
@@ -56,7 +56,7 @@ DENSE_CELLS = st.sampled_from([1, core.whatif.DENSE_CELLS])
 def test_scoring_on_many_nodes_matches_reference(cluster, formula, limit, dense_cells, data):
     nodes, candidates = cluster
     view = NodeView.from_stats([name for name, _ in nodes], [stats for _, stats in nodes])
-    batch = batch_from_candidates(view, [MigrationCandidate(m, stats) for m, stats in candidates])
+    batch = batch_from_columns(view, CandidateColumns.of([MigrationCandidate(m, stats) for m, stats in candidates]))
     with mock.patch.object(core.whatif, "DENSE_CELLS", dense_cells):
         for method, expected in (("bruteforce", ref.bruteforce), ("topsis", ref.topsis)):
             scored = core.scheduler.score_migrations(batch, limit, method, formula)

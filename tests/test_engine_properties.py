@@ -29,10 +29,11 @@ from crs_bridge.core import (
     SchedulingError,
     new_scheduler,
 )
-from crs_bridge.core.candidates import Migration, MigrationCandidate, batch_from_candidates
+from crs_bridge.core.candidates import CandidateColumns, Migration, MigrationCandidate, batch_from_columns
 from crs_bridge.core.imbalance import imbalance_bounds
 from crs_bridge.core.usage import Aggregation, NodeView
 from crs_bridge.core.whatif import what_if
+from tests import columns
 from tests import reference as ref
 
 NAMES = ["n1", "n10", "n2", "B", "a", "ü-node", "Z9", "m", "c", "x1", "x0", "k", "aa", "ab", "ba", "q"]
@@ -309,10 +310,10 @@ def test_migration_scoring_matches_reference(scn):
     s, usage, view = both(scn)
     candidates = ref.expand(usage, scn.bundles)
     label(view, candidates, scn.formula)
-    brute = s.score_best_balancing_migration_candidates(scn.bundles, scn.limit)
+    brute = s.score_best_balancing_migration_candidates(columns(scn.bundles), scn.limit)
     assert scored_bits(brute) == scored_bits(ref.bruteforce(view, candidates, scn.limit, scn.formula))
     topsis, seen = capture_topsis_scores(
-        lambda: s.score_best_balancing_migration_candidates_topsis(scn.bundles, scn.limit)
+        lambda: s.score_best_balancing_migration_candidates_topsis(columns(scn.bundles), scn.limit)
     )
     if scn.limit and candidates:
         assert [[bits(v) for v in scores] for scores in seen] == [
@@ -321,8 +322,10 @@ def test_migration_scoring_matches_reference(scn):
     assert scored_bits(topsis) == scored_bits(ref.topsis(view, candidates, scn.limit, scn.formula))
     # The already expanded form of the same candidates scores the same.
     expanded = [MigrationCandidate(migration, stats) for migration, stats in candidates]
-    assert scored_bits(s.score_best_balancing_migration_candidates(expanded, scn.limit)) == scored_bits(brute)
-    assert scored_bits(s.score_best_balancing_migration_candidates_topsis(expanded, scn.limit)) == scored_bits(topsis)
+    assert scored_bits(s.score_best_balancing_migration_candidates(columns(expanded), scn.limit)) == scored_bits(brute)
+    assert scored_bits(s.score_best_balancing_migration_candidates_topsis(columns(expanded), scn.limit)) == scored_bits(
+        topsis
+    )
 
 
 #: Candidates bounded per block by the engine: small ones make several blocks out of a few hundred.
@@ -354,9 +357,9 @@ def test_many_candidates_match_reference(scn, block, exact_all_cells, dense_cell
     with mock.patch.object(core.scheduler, "_BOUND_BLOCK", block), paths(exact_all_cells, dense_cells):
         exact = core.scheduler._exact_all_cheaper(len(candidates), len(s.list_nodes()))
         event("bounded path" if 0 < 2 * scn.limit < len(candidates) and not exact else "exact path")
-        brute = s.score_best_balancing_migration_candidates(scn.bundles, scn.limit)
+        brute = s.score_best_balancing_migration_candidates(columns(scn.bundles), scn.limit)
     assert scored_bits(brute) == scored_bits(ref.bruteforce(view, candidates, scn.limit, scn.formula))
-    topsis = s.score_best_balancing_migration_candidates_topsis(scn.bundles, scn.limit)
+    topsis = s.score_best_balancing_migration_candidates_topsis(columns(scn.bundles), scn.limit)
     assert scored_bits(topsis) == scored_bits(ref.topsis(view, candidates, scn.limit, scn.formula))
 
 
@@ -386,12 +389,12 @@ def test_select_matches_reference(scn, block, exact_all_cells, data):
     values = [ref.migration_imbalance(view, c, scn.formula) for c in candidates]
     threshold = data.draw(thresholds(values), label="threshold")
     with mock.patch.object(core.scheduler, "_BOUND_BLOCK", block), paths(exact_all_cells):
-        chosen = s.select_best_balancing_migration(scn.bundles, threshold)
+        chosen = s.select_best_balancing_migration(columns(scn.bundles), threshold)
     expected = ref.select_best(view, candidates, scn.formula, threshold)
     assert (chosen is None) == (expected is None)
     if chosen is not None:
         assert scored_bits([chosen]) == scored_bits([expected])
-    topsis = s.select_best_balancing_migration_topsis(scn.bundles)
+    topsis = s.select_best_balancing_migration_topsis(columns(scn.bundles))
     expected_topsis = ref.topsis(view, candidates, 1, scn.formula)
     assert scored_bits([topsis] if topsis else []) == scored_bits(expected_topsis)
 
@@ -423,7 +426,7 @@ def test_candidate_errors_match_reference(scn, data):
         expected = err
     for method in (s.score_best_balancing_migration_candidates, s.score_best_balancing_migration_candidates_topsis):
         try:
-            result = method(bundles, 5)
+            result = method(columns(bundles), 5)
         except (SchedulingError, InvalidInputError) as err:
             assert isinstance(expected, Exception), f"engine refused valid bundles: {err}"
             assert type(err) is type(expected)
@@ -510,7 +513,7 @@ def test_exact_imbalances_one_at_a_time_equal_the_vectorised_ones(scn, dense_cel
     """core.scheduler.exact_imbalances takes a few rows one at a time, more in NumPy (the load
     matrix in one block or in several): the same bits."""
     s, _, _ = both(scn)
-    batch = s.candidate_batch(scn.bundles)
+    batch = s.candidate_batch(columns(scn.bundles))
     w = what_if(batch)
     few = core.scheduler._ONE_AT_A_TIME_UP_TO
     rows = np.array(data.draw(st.lists(st.integers(0, len(batch) - 1), max_size=few), label="rows"), dtype=np.int64)
@@ -526,7 +529,7 @@ def test_exact_imbalances_of_all_rows_equal_those_of_their_indices(scn, dense_ce
     (gathered): the same bits, a few rows one at a time or in NumPy alike, and no NumPy warning
     where a mean is 0 (the division leaves those rows out)."""
     s, _, _ = both(scn)
-    batch = s.candidate_batch(scn.bundles)
+    batch = s.candidate_batch(columns(scn.bundles))
     w = what_if(batch)
     few = core.scheduler._ONE_AT_A_TIME_UP_TO if one_at_a_time else -1
     with mock.patch.object(core.scheduler, "_ONE_AT_A_TIME_UP_TO", few), paths(dense_cells=dense_cells):
@@ -556,7 +559,7 @@ def assert_bruteforce_matches_reference(nodes, candidates, formula: str, thresho
     """The engine's top 3 by bruteforce, and its selection with ``threshold``, are the reference's,
     on the bounded path and on the exact one."""
     view = NodeView.from_stats([name for name, _ in nodes], [stats for _, stats in nodes])
-    batch = batch_from_candidates(view, [MigrationCandidate(m, stats) for m, stats in candidates])
+    batch = batch_from_columns(view, CandidateColumns.of([MigrationCandidate(m, stats) for m, stats in candidates]))
     for exact_all_cells in (0, core.scheduler._EXACT_ALL_CELLS):
         with paths(exact_all_cells):
             best = core.scheduler.score_migrations(batch, 3, "bruteforce", formula)

@@ -30,6 +30,7 @@ from crs_bridge.core.errors import InvalidInputError
 from crs_bridge.core.scheduler import topsis_criteria
 from crs_bridge.core.topsis import topsis_scores
 from crs_bridge.core.whatif import exact_square_sums, what_if
+from tests import columns
 from tests import reference as ref
 from tests.test_engine_usage import ref_usage_of
 
@@ -62,7 +63,7 @@ def ha_targets(source: str, count: int) -> tuple[str, ...]:
 
 def raw_sums_differ(s, bundles) -> bool:
     """Whether the what-ifs' left-to-right cpu or memory square sums differ at all."""
-    batch = s.candidate_batch(bundles)
+    batch = s.candidate_batch(columns(bundles))
     w = what_if(batch)
     view, a, b = batch.view, batch.src, batch.tgt
     cpu = exact_square_sums(view.cpu_loads(), a, w.cpu_src, b, w.cpu_tgt)
@@ -76,7 +77,7 @@ def bits(x: float) -> int:
 
 def topsis_ranking(s, bundles, limit: int = 100) -> list[tuple[str, str, int]]:
     """The engine's TOPSIS answer as (sid, target, imbalance bits)."""
-    scored = s.score_best_balancing_migration_candidates_topsis(bundles, limit)
+    scored = s.score_best_balancing_migration_candidates_topsis(columns(bundles), limit)
     return [(m.migration.sid, m.migration.target_node, bits(m.imbalance)) for m in scored]
 
 
@@ -122,7 +123,7 @@ def test_a_one_byte_difference_decides_in_every_node_order(rotation):
         MigrationCandidate(Migration(sid, "n0", "n4"), ResourceStats(0.0, 0.0, mem, 0))
         for sid, mem in (("vm:100", 12345), ("vm:101", 1))
     ]
-    best = s.score_best_balancing_migration_candidates_topsis(candidates, 1)
+    best = s.score_best_balancing_migration_candidates_topsis(columns(candidates), 1)
     assert [(m.migration.sid, m.imbalance) for m in best] == [UPSTREAM_BEST]
 
 
@@ -146,7 +147,7 @@ def test_near_ties_are_not_flattened():
     """Sums an ulp apart give other scores: nothing makes them equal."""
     s = identical_static(16)
     bundles = [CompactCandidate("vm:999", ("vm:999",), ha_targets("node3", 16))]
-    scores = topsis_scores(topsis_criteria(what_if(s.candidate_batch(bundles))))
+    scores = topsis_scores(topsis_criteria(what_if(s.candidate_batch(columns(bundles)))))
     assert len(set(scores.tolist())) > 1
 
 
@@ -211,18 +212,18 @@ def twins_first() -> DynamicScheduler:
 def test_bit_equal_scores_keep_input_order_in_topsis(targets):
     s = twins_first()
     bundles = [CompactCandidate("vm:1", ("vm:1",), targets)]
-    scores = topsis_scores(topsis_criteria(what_if(s.candidate_batch(bundles))))
+    scores = topsis_scores(topsis_criteria(what_if(s.candidate_batch(columns(bundles)))))
     assert bits(scores[0]) == bits(scores[1])
-    assert [m.migration.target_node for m in s.score_best_balancing_migration_candidates_topsis(bundles, 2)] == list(
-        targets
-    )
+    assert [
+        m.migration.target_node for m in s.score_best_balancing_migration_candidates_topsis(columns(bundles), 2)
+    ] == list(targets)
 
 
 @pytest.mark.parametrize("targets", [("a", "b"), ("b", "a")])
 def test_bit_equal_imbalances_go_by_name_in_bruteforce(targets):
     s = twins_first()
     bundles = [CompactCandidate("vm:1", ("vm:1",), targets)]
-    scored = s.score_best_balancing_migration_candidates(bundles, 2)
+    scored = s.score_best_balancing_migration_candidates(columns(bundles), 2)
     assert bits(scored[0].imbalance) == bits(scored[1].imbalance)
     assert [m.migration.target_node for m in scored] == ["a", "b"]
 
@@ -237,10 +238,10 @@ def test_unknown_leader_later_beats_a_target_equal_to_its_source():
         CompactCandidate("vm:415", ("vm:415",), ("node2",)),
     ]
     with pytest.raises(SchedulingError, match=r"^leader 'vm:415' is not present in the cluster usage$"):
-        s.score_best_balancing_migration_candidates_topsis(bundles, 1)
+        s.score_best_balancing_migration_candidates_topsis(columns(bundles), 1)
     # Alone, the first bundle still gets crs-bridge's refusal.
     with pytest.raises(InvalidInputError, match="is the source node"):
-        s.score_best_balancing_migration_candidates(bundles[:1], 1)
+        s.score_best_balancing_migration_candidates(columns(bundles[:1]), 1)
 
 
 @pytest.mark.parametrize(
@@ -261,5 +262,5 @@ def test_any_later_bundle_error_beats_an_unknown_target(later, error, method):
     if method == "topsis":
         score = s.score_best_balancing_migration_candidates_topsis
     with pytest.raises(SchedulingError) as info:
-        score(bundles, 1)
+        score(columns(bundles), 1)
     assert str(info.value) == error

@@ -23,7 +23,8 @@ from crs_bridge.core import (
 )
 from crs_bridge.core.candidates import Migration, MigrationCandidate
 from crs_bridge.core.limits import MAX_BYTES, MAX_CORES
-from crs_bridge.core.usage import Aggregation, Resource
+from crs_bridge.core.usage import Aggregation, Resource, Usage
+from tests import columns
 from tests import reference as ref
 
 GiB = 1 << 30
@@ -205,6 +206,29 @@ def test_add_resources_equals_adding_one_by_one(make, failure):
     assert snapshot(bulk) == snapshot(single)
 
 
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [(None, None), ("B", "node 'B' already exists"), ("", None)],
+)
+def test_add_nodes_equals_adding_one_by_one(bad, error):
+    """The snapshot's nodes in one call: the state, and the first error, of adding them one by one
+    (the nodes before the failing one stay added)."""
+    stats = NodeStats.checked(1.0, 8, GiB, 16 * GiB)
+    rows = [("A", stats), ("B", stats), *([(bad, stats)] if bad is not None else []), ("C", stats)]
+    bulk, single = Usage(), Usage()
+
+    def one_by_one() -> None:
+        for name, node in rows:
+            single.add_node(name, node)
+
+    outcome = _outcome(lambda: bulk.add_nodes(rows))
+    assert outcome == _outcome(one_by_one)
+    if bad is not None:
+        assert outcome is not None and (error is None or outcome[1] == error)
+    assert bulk.node_names() == single.node_names() == (["A", "B"] if bad is not None else ["A", "B", "C"])
+    assert bulk.view(Aggregation.IDENTITY).loads().tolist() == single.view(Aggregation.IDENTITY).loads().tolist()
+
+
 def test_add_resources_checks_stats():
     bad = ResourceStats(float("nan"), 1.0, 0, 0)
     s = dynamic_abc()
@@ -341,7 +365,7 @@ def test_bundle_validation_in_upstream_order(bundles, message, method):
         if method == "bruteforce"
         else s.score_best_balancing_migration_candidates_topsis
     )
-    fails_unchanged(s, lambda: score(bundles, 10), SchedulingError, message)
+    fails_unchanged(s, lambda: score(columns(bundles), 10), SchedulingError, message)
     with pytest.raises(SchedulingError) as info:
         ref.expand(ref_usage_of(s), bundles)
     assert str(info.value) == message
@@ -361,7 +385,7 @@ def test_a_starting_leader_and_duplicate_members_are_accepted():
     s = bundle_cluster()
     bundles = [cc("vm:2", ("vm:1", "vm:2", "vm:1"), ("C", "B"))]
     expected = ref.bruteforce(ref_usage_of(s).view("started"), ref.expand(ref_usage_of(s), bundles), 5)
-    scored = s.score_best_balancing_migration_candidates(bundles, 5)
+    scored = s.score_best_balancing_migration_candidates(columns(bundles), 5)
     assert [(m.migration, bits(m.imbalance)) for m in scored] == [(m, bits(v)) for m, v in expected]
 
 
@@ -376,7 +400,9 @@ def test_a_starting_leader_and_duplicate_members_are_accepted():
 )
 def test_unknown_or_source_targets_are_invalid_input(bundles, field, problem):
     s = bundle_cluster()
-    err = fails_unchanged(s, lambda: s.score_best_balancing_migration_candidates(bundles, 3), InvalidInputError)
+    err = fails_unchanged(
+        s, lambda: s.score_best_balancing_migration_candidates(columns(bundles), 3), InvalidInputError
+    )
     assert err.field == field
     if problem is not None:
         assert err.problem == problem
@@ -390,7 +416,7 @@ def test_bundle_error_before_its_bad_target():
     bundles = [cc("vm:1", ("vm:1", "vm:3"), ("nowhere",))]
     fails_unchanged(
         s,
-        lambda: s.score_best_balancing_migration_candidates(bundles, 3),
+        lambda: s.score_best_balancing_migration_candidates(columns(bundles), 3),
         SchedulingError,
         "resource 'vm:3' is on other node than leader",
     )
@@ -408,7 +434,9 @@ def test_expanded_candidates_with_bad_nodes_are_invalid_input(migration, field):
     s = dynamic_abc()
     good = MigrationCandidate(Migration("vm:1", "A", "B"), ResourceStats.checked(1.0, 1.0, GiB, GiB))
     bad = MigrationCandidate(migration, good.stats)
-    err = fails_unchanged(s, lambda: s.score_best_balancing_migration_candidates([good, bad], 3), InvalidInputError)
+    err = fails_unchanged(
+        s, lambda: s.score_best_balancing_migration_candidates(columns([good, bad]), 3), InvalidInputError
+    )
     assert err.field == field
 
 
@@ -495,7 +523,7 @@ def test_resources_with_unchecked_stats_are_refused(stats):
     fails_unchanged(dynamic, lambda: dynamic.score_nodes_to_start_resource(stats), InvalidInputError)
     candidate = MigrationCandidate(Migration("vm:1", "A", "B"), stats)
     fails_unchanged(
-        dynamic, lambda: dynamic.score_best_balancing_migration_candidates([candidate], 1), InvalidInputError
+        dynamic, lambda: dynamic.score_best_balancing_migration_candidates(columns([candidate]), 1), InvalidInputError
     )
 
 
@@ -525,26 +553,26 @@ def scored_cluster() -> tuple[DynamicScheduler, list[CompactCandidate], list]:
 @pytest.mark.parametrize("limit", [0, 1, 3, 6, 7, 2**60, 2**64, 10**30])
 def test_limit_cuts_the_ranking(limit):
     s, bundles, ranking = scored_cluster()
-    scored = s.score_best_balancing_migration_candidates(bundles, limit)
+    scored = s.score_best_balancing_migration_candidates(columns(bundles), limit)
     assert [(m.migration, m.imbalance) for m in scored] == ranking[:limit]
-    assert len(s.score_best_balancing_migration_candidates_topsis(bundles, limit)) == min(limit, 6)
+    assert len(s.score_best_balancing_migration_candidates_topsis(columns(bundles), limit)) == min(limit, 6)
 
 
 @pytest.mark.parametrize("limit", [-1, 1.5, math.nan, math.inf, "3", None, True])
 def test_limit_must_be_a_non_negative_integer(limit):
     s, bundles, _ = scored_cluster()
     for score in (s.score_best_balancing_migration_candidates, s.score_best_balancing_migration_candidates_topsis):
-        err = fails_unchanged(s, lambda score=score: score(bundles, limit), InvalidInputError)
+        err = fails_unchanged(s, lambda score=score: score(columns(bundles), limit), InvalidInputError)
         assert err.field == "limit"
 
 
 def test_no_candidates_give_an_empty_list():
     s, _, _ = scored_cluster()
-    assert s.score_best_balancing_migration_candidates([], 5) == []
-    assert s.score_best_balancing_migration_candidates_topsis([], 5) == []
-    assert s.select_best_balancing_migration([]) is None
-    assert s.select_best_balancing_migration([], 0.5) is None
-    assert s.select_best_balancing_migration_topsis([]) is None
+    assert s.score_best_balancing_migration_candidates(columns([]), 5) == []
+    assert s.score_best_balancing_migration_candidates_topsis(columns([]), 5) == []
+    assert s.select_best_balancing_migration(columns([])) is None
+    assert s.select_best_balancing_migration(columns([]), 0.5) is None
+    assert s.select_best_balancing_migration_topsis(columns([])) is None
 
 
 # -- select_best_balancing_migration (README decision 5) -------------------------------------
@@ -559,7 +587,7 @@ def input_order_values() -> tuple[DynamicScheduler, list[CompactCandidate], list
 
 def test_select_without_threshold_is_the_best():
     s, bundles, ranking = scored_cluster()
-    chosen = s.select_best_balancing_migration(bundles)
+    chosen = s.select_best_balancing_migration(columns(bundles))
     assert (chosen.migration, chosen.imbalance) == ranking[0]
 
 
@@ -569,17 +597,17 @@ def test_select_returns_the_first_candidate_in_input_order_at_or_under_the_thres
     for position, (migration, value) in enumerate(values):
         earlier = [v for _, v in values[:position]]
         if all(v > value for v in earlier):
-            chosen = s.select_best_balancing_migration(bundles, value)  # exactly equal counts
+            chosen = s.select_best_balancing_migration(columns(bundles), value)  # exactly equal counts
             assert (chosen.migration, chosen.imbalance) == (migration, value)
     above_all = max(v for _, v in values)
-    assert s.select_best_balancing_migration(bundles, above_all).migration == values[0][0]
+    assert s.select_best_balancing_migration(columns(bundles), above_all).migration == values[0][0]
     assert values[0] != best  # the cluster is built so that "first" and "best" differ
 
 
 def test_select_falls_back_to_the_best_when_none_is_at_or_under_the_threshold():
     s, bundles, values = input_order_values()
     lowest = min(v for _, v in values)
-    chosen = s.select_best_balancing_migration(bundles, math.nextafter(lowest, 0.0))
+    chosen = s.select_best_balancing_migration(columns(bundles), math.nextafter(lowest, 0.0))
     assert (chosen.migration, chosen.imbalance) == min(values, key=ref.order_key)
 
 
@@ -587,18 +615,20 @@ def test_select_topsis_is_the_topsis_best():
     s, bundles, _ = scored_cluster()
     usage = ref_usage_of(s)
     expected = ref.topsis(usage.view("identity"), ref.expand(usage, bundles), 1)
-    chosen = s.select_best_balancing_migration_topsis(bundles)
+    chosen = s.select_best_balancing_migration_topsis(columns(bundles))
     assert [(chosen.migration, chosen.imbalance)] == expected
 
 
 @pytest.mark.parametrize("threshold", [-0.1, math.nan, math.inf, "0.3", True])
 def test_select_threshold_must_be_a_finite_non_negative_number(threshold):
     s, bundles, _ = scored_cluster()
-    err = fails_unchanged(s, lambda: s.select_best_balancing_migration(bundles, threshold), InvalidInputError)
+    err = fails_unchanged(s, lambda: s.select_best_balancing_migration(columns(bundles), threshold), InvalidInputError)
     assert err.field == "imbalance_threshold"
 
 
 def test_select_threshold_applies_to_bruteforce_only():
     s, bundles, _ = scored_cluster()
-    err = fails_unchanged(s, lambda: s.select_best_balancing_migration(bundles, 0.3, "topsis"), InvalidInputError)
+    err = fails_unchanged(
+        s, lambda: s.select_best_balancing_migration(columns(bundles), 0.3, "topsis"), InvalidInputError
+    )
     assert err.field == "imbalance_threshold"

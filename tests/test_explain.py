@@ -23,6 +23,7 @@ from crs_bridge.core.imbalance import truncate
 from crs_bridge.core.modes import DynamicScheduler, StaticScheduler
 from crs_bridge.core.stats import NodeStats, ResourceStats
 from crs_bridge.core.verdicts import MARGIN_NOT_REACHED, MIGRATE, NO_CANDIDATES, NO_IMPROVEMENT, THRESHOLD_REACHED
+from tests import columns
 from tests import reference as ref
 
 GiB, MiB = 1024**3, 1024**2
@@ -142,7 +143,7 @@ def figure_cluster(nodes, formula: str = "normalized") -> DynamicScheduler:
     ],
 )
 def test_bruteforce_explanation_shows_the_published_figures(nodes, current, to_node2, to_node3):
-    e = explain_migrations(figure_cluster(nodes), VM101_CANDIDATES, "bruteforce")
+    e = explain_migrations(figure_cluster(nodes), columns(VM101_CANDIDATES), "bruteforce")
     assert e.current.imbalance == current
     assert [(d.migration.target_node, d.imbalance) for d in e.chosen] == [("node3", to_node3)]
     assert (e.runner_up.migration.target_node, e.runner_up.imbalance) == ("node2", to_node2)
@@ -163,7 +164,7 @@ def test_bruteforce_explanation_shows_the_published_figures(nodes, current, to_n
     ],
 )
 def test_topsis_explanation_shows_the_published_scores(nodes, scores):
-    e = explain_migrations(figure_cluster(nodes), VM101_CANDIDATES, "topsis")
+    e = explain_migrations(figure_cluster(nodes), columns(VM101_CANDIDATES), "topsis")
     assert e.chosen[0].migration.target_node == "node2" and e.runner_up.migration.target_node == "node3"
     assert (e.chosen[0].topsis.score, e.runner_up.topsis.score) == scores
     assert e.topsis.weights == (0.05555555555555555, 0.1111111111111111, 0.2777777777777778, 0.5555555555555556)
@@ -186,8 +187,8 @@ def scorer(scheduler, method):
 @given(clusters(), st.sampled_from(["bruteforce", "topsis"]), st.integers(1, 3))
 def test_explanation_agrees_with_the_scorer(cluster, method, limit):
     s = cluster.scheduler()
-    e = explain_migrations(s, cluster.bundles, method, limit)
-    scored = scorer(s, method)(cluster.bundles, limit + 1)
+    e = explain_migrations(s, columns(cluster.bundles), method, limit)
+    scored = scorer(s, method)(columns(cluster.bundles), limit + 1)
     shown = [*e.chosen, *([e.runner_up] if e.runner_up else [])]
     assert [(d.migration, d.imbalance) for d in shown] == [(m.migration, m.imbalance) for m in scored]
     assert len(e.chosen) == min(limit, len(scored))
@@ -213,7 +214,7 @@ def test_explanation_agrees_with_the_scorer(cluster, method, limit):
 
 @given(clusters(), st.integers(1, 2))
 def test_topsis_numbers_agree_with_the_reference(cluster, limit):
-    e = explain_migrations(cluster.scheduler(), cluster.bundles, "topsis", limit)
+    e = explain_migrations(cluster.scheduler(), columns(cluster.bundles), "topsis", limit)
     view, candidates = cluster.reference_view(), ref.expand(cluster.reference(), cluster.bundles)
     scores = ref.topsis_candidate_scores(view, candidates)
     criteria = ref.alternatives([ref.what_if(view, *c) for c in candidates])  # ties among all rows
@@ -235,7 +236,7 @@ def test_same_migration_from_two_bundles_is_told_apart(method):
     s = two_nodes(TINY_VM)
     s.add_resource("vm:2", ResourceStats(2.0, 2.0, 8 * GiB, 8 * GiB), True, "node1")
     bundles = [CompactCandidate("vm:1", ("vm:1",), ("node2",)), CompactCandidate("vm:1", ("vm:1", "vm:2"), ("node2",))]
-    e = explain_migrations(s, bundles, method)
+    e = explain_migrations(s, columns(bundles), method)
     shown = [e.chosen[0], e.runner_up]
     assert sorted(d.index for d in shown) == [0, 1]
     moved_cpu = {0: 0.1, 1: 2.1}  # cores leaving node1 per row
@@ -271,7 +272,7 @@ def test_each_detail_is_the_row_the_scorer_ranked(method):
     scorer's own order (the reference's): TOPSIS scores descend; bruteforce breaks the tie by
     (sid, source, target), where the equal rows keep expansion order."""
     cluster = two_bundles_of_vm1()
-    e = explain_migrations(cluster.scheduler(), cluster.bundles, method, limit=2)
+    e = explain_migrations(cluster.scheduler(), columns(cluster.bundles), method, limit=2)
     shown = [*e.chosen, e.runner_up]
     view, candidates = cluster.reference_view(), ref.expand(cluster.reference(), cluster.bundles)
     values = [ref.migration_imbalance(view, c, cluster.formula) for c in candidates]
@@ -310,15 +311,15 @@ TINY_VM = ResourceStats(0.1, 1.0, 256 * MiB, 1 * GiB)
 
 
 def test_margin_not_reached_when_the_gain_is_below_the_margin():
-    e = explain_migrations(two_nodes(TINY_VM), MOVE_VM1, margin=0.1)
+    e = explain_migrations(two_nodes(TINY_VM), columns(MOVE_VM1), margin=0.1)
     assert e.reason == MARGIN_NOT_REACHED and not e.would_migrate
     assert math.isclose(e.relative, 0.08125, rel_tol=1e-9)
     assert "margin" in e.message and "vm:1" in e.message
-    assert explain_migrations(two_nodes(TINY_VM), MOVE_VM1, margin=0.08).reason == MIGRATE
+    assert explain_migrations(two_nodes(TINY_VM), columns(MOVE_VM1), margin=0.08).reason == MIGRATE
 
 
 def test_migrate_without_margin_and_threshold():
-    e = explain_migrations(two_nodes(TINY_VM), MOVE_VM1)
+    e = explain_migrations(two_nodes(TINY_VM), columns(MOVE_VM1))
     assert e.would_migrate and e.chosen[0].migration.target_node == "node2"
     assert e.message.startswith("Migrate vm:1 from node1 to node2")
     assert e.runner_up is None
@@ -326,9 +327,9 @@ def test_migrate_without_margin_and_threshold():
 
 def test_threshold_reached_when_already_balanced_enough():
     # Current imbalance 0.0625 / 0.4375 = 0.142857...
-    e = explain_migrations(two_nodes(TINY_VM), MOVE_VM1, threshold=0.15, margin=0.0)
+    e = explain_migrations(two_nodes(TINY_VM), columns(MOVE_VM1), threshold=0.15, margin=0.0)
     assert e.reason == THRESHOLD_REACHED and "threshold" in e.message
-    assert explain_migrations(two_nodes(TINY_VM), MOVE_VM1, threshold=0.14).reason == MIGRATE
+    assert explain_migrations(two_nodes(TINY_VM), columns(MOVE_VM1), threshold=0.14).reason == MIGRATE
 
 
 def test_no_improvement_when_every_move_worsens():
@@ -336,14 +337,14 @@ def test_no_improvement_when_every_move_worsens():
     for name in ("node1", "node2"):
         s.add_node(name, NodeStats(4.0, 16, 16 * GiB, 64 * GiB))
     s.add_resource("vm:1", ResourceStats(2.0, 2.0, 2 * GiB, 2 * GiB), True, "node1")
-    e = explain_migrations(s, MOVE_VM1, margin=0.0)
+    e = explain_migrations(s, columns(MOVE_VM1), margin=0.0)
     assert (e.current.imbalance, e.reason) == (0.0, NO_IMPROVEMENT)
     assert e.relative is None and e.best_imbalance > 0.0
 
 
 @pytest.mark.parametrize("candidates", [[], [CompactCandidate("vm:1", ("vm:1",), ())]])
 def test_no_candidates(candidates):
-    e = explain_migrations(two_nodes(TINY_VM), candidates, "topsis", margin=0.1)
+    e = explain_migrations(two_nodes(TINY_VM), columns(candidates), "topsis", margin=0.1)
     assert (e.reason, e.chosen, e.runner_up, e.candidate_count) == (NO_CANDIDATES, (), None, 0)
     assert e.best_imbalance is None and e.topsis is None and e.message
 
@@ -362,12 +363,12 @@ def test_no_candidates(candidates):
 )
 def test_invalid_options_are_refused(kwargs, field):
     with pytest.raises(InvalidInputError) as err:
-        explain_migrations(two_nodes(TINY_VM), MOVE_VM1, **kwargs)
+        explain_migrations(two_nodes(TINY_VM), columns(MOVE_VM1), **kwargs)
     assert err.value.field == field
 
 
 def test_wire_form_is_json_with_kebab_case_keys():
-    explained = explain_migrations(figure_cluster(HOMOGENEOUS), VM101_CANDIDATES, "topsis", threshold=0.3)
+    explained = explain_migrations(figure_cluster(HOMOGENEOUS), columns(VM101_CANDIDATES), "topsis", threshold=0.3)
     wire = as_wire(Explanation, explained)
     assert json.loads(json.dumps(wire)) == wire
     assert wire["chosen"][0]["migration"] == {"sid": "vm:101", "source-node": "node1", "target-node": "node2"}

@@ -30,6 +30,7 @@ from crs_bridge.core.verdicts import (
     STOP_REASONS,
     THRESHOLD_REACHED,
 )
+from tests import columns
 from tests.test_explain import HOMOGENEOUS, VM101_CANDIDATES, Cluster, GiB, clusters, figure_cluster, two_bundles_of_vm1
 
 # -- replaying a plan by hand ----------------------------------------------------------------
@@ -91,7 +92,7 @@ def snapshot(scheduler) -> tuple:
 def test_plan_properties(cluster, method, threshold, margin, max_steps, allow_repeat):
     s = cluster.scheduler()
     untouched = snapshot(s)
-    plan = plan_rebalance(s, cluster.bundles, method, threshold, margin, max_steps, allow_repeat)
+    plan = plan_rebalance(s, columns(cluster.bundles), method, threshold, margin, max_steps, allow_repeat)
     assert snapshot(s) == untouched
 
     assert plan.stop_reason in STOP_REASONS
@@ -125,9 +126,9 @@ def test_plan_properties(cluster, method, threshold, margin, max_steps, allow_re
     # Step 1 is what one HA round would pick.
     if plan.steps:
         best = (
-            s.select_best_balancing_migration_topsis(cluster.bundles)
+            s.select_best_balancing_migration_topsis(columns(cluster.bundles))
             if method == "topsis"
-            else s.select_best_balancing_migration(cluster.bundles)
+            else s.select_best_balancing_migration(columns(cluster.bundles))
         )
         assert (best.migration, best.imbalance) == (plan.steps[0].migration, plan.steps[0].expected_imbalance)
 
@@ -158,7 +159,7 @@ def moves(plan) -> list[tuple[str, str, str]]:
 
 def test_three_vms_spread_until_balanced():
     s, bundles = three_vms_on_node1()
-    plan = plan_rebalance(s, bundles, threshold=0.0, margin=0.0)
+    plan = plan_rebalance(s, columns(bundles), threshold=0.0, margin=0.0)
     # Ties in imbalance go by sid, then target: vm:a to node2 first; then node3 is the better target.
     assert moves(plan) == [("vm:a", "node1", "node2"), ("vm:b", "node1", "node3")]
     # Loads 0.5 / 0.25 / 0 after step 1: CV = sqrt(1/24) / 0.25 = sqrt(2/3), normalised 1/sqrt(3).
@@ -170,14 +171,14 @@ def test_three_vms_spread_until_balanced():
 
 def test_stop_after_max_steps():
     s, bundles = three_vms_on_node1()
-    plan = plan_rebalance(s, bundles, threshold=0.0, margin=0.0, max_steps=1)
+    plan = plan_rebalance(s, columns(bundles), threshold=0.0, margin=0.0, max_steps=1)
     assert (moves(plan), plan.stop_reason) == ([("vm:a", "node1", "node2")], MAX_STEPS)
     assert "1" in plan.stop_message
 
 
 def test_stop_at_threshold_before_any_move():
     s, bundles = three_vms_on_node1()
-    plan = plan_rebalance(s, bundles, threshold=1.0)
+    plan = plan_rebalance(s, columns(bundles), threshold=1.0)
     assert (plan.steps, plan.stop_reason) == ((), THRESHOLD_REACHED)
     assert plan.after == plan.before
 
@@ -185,19 +186,19 @@ def test_stop_at_threshold_before_any_move():
 def test_stop_when_the_margin_is_not_reached():
     # The first move lowers the imbalance from 1 to 1/sqrt(3): 42.3 % relative.
     s, bundles = three_vms_on_node1()
-    assert plan_rebalance(s, bundles, threshold=0.0, margin=0.43).stop_reason == MARGIN_NOT_REACHED
-    assert len(plan_rebalance(s, bundles, threshold=0.0, margin=0.42).steps) == 2
+    assert plan_rebalance(s, columns(bundles), threshold=0.0, margin=0.43).stop_reason == MARGIN_NOT_REACHED
+    assert len(plan_rebalance(s, columns(bundles), threshold=0.0, margin=0.42).steps) == 2
 
 
 def test_stop_when_no_candidate_is_left():
     s, bundles = three_vms_on_node1()
-    plan = plan_rebalance(s, bundles[:1], threshold=0.0, margin=0.0)
+    plan = plan_rebalance(s, columns(bundles[:1]), threshold=0.0, margin=0.0)
     assert (moves(plan), plan.stop_reason) == ([("vm:a", "node1", "node2")], NO_CANDIDATES)
-    assert plan_rebalance(s, [], threshold=0.0).stop_reason == NO_CANDIDATES
+    assert plan_rebalance(s, columns([]), threshold=0.0).stop_reason == NO_CANDIDATES
 
 
 def test_stop_when_every_move_would_worsen():
-    plan = plan_rebalance(figure_cluster(HOMOGENEOUS), VM101_CANDIDATES, threshold=0.0, margin=0.0)
+    plan = plan_rebalance(figure_cluster(HOMOGENEOUS), columns(VM101_CANDIDATES), threshold=0.0, margin=0.0)
     assert (plan.steps, plan.stop_reason) == ((), NO_IMPROVEMENT)
 
 
@@ -206,7 +207,7 @@ def test_the_bundle_moved_is_the_row_the_scorer_ranked(method, resources):
     """vm:1 leads two bundles whose moves tie in imbalance: TOPSIS ranks the one with vm:3 first,
     bruteforce takes the first listed (with vm:4); the plan moves that bundle."""
     cluster = two_bundles_of_vm1()
-    plan = plan_rebalance(cluster.scheduler(), cluster.bundles, method, threshold=0, margin=0, max_steps=1)
+    plan = plan_rebalance(cluster.scheduler(), columns(cluster.bundles), method, threshold=0, margin=0, max_steps=1)
     assert [(step.migration.sid, step.resources) for step in plan.steps] == [("vm:1", resources)]
     replay(cluster, plan)
 
@@ -219,9 +220,9 @@ def test_static_move_checked_once_applied():
     s.add_node("node2", 4, 100 * GiB)
     s.add_service("vm:1", ResourceStats.static(0.0, 60 * GiB), True, "node1")
     bundles = [CompactCandidate("vm:1", ("vm:1",), ("node2",))]
-    expected = s.select_best_balancing_migration(bundles).imbalance
+    expected = s.select_best_balancing_migration(columns(bundles)).imbalance
     assert expected < s.calculate_node_imbalance()  # loads 0.8 / 0 -> 0.5 / 0.3 predicted
-    plan = plan_rebalance(s, bundles, threshold=0.0, margin=0.0)
+    plan = plan_rebalance(s, columns(bundles), threshold=0.0, margin=0.0)
     assert (plan.steps, plan.stop_reason) == ((), NO_IMPROVEMENT)
     assert "once applied" in plan.stop_message
 
@@ -243,10 +244,10 @@ def repeat_cluster() -> tuple[StaticScheduler, list[CompactCandidate]]:
 
 def test_allow_repeat_moves_a_bundle_again():
     s, bundles = repeat_cluster()
-    once = plan_rebalance(s, bundles, threshold=0.0, margin=0.0)
+    once = plan_rebalance(s, columns(bundles), threshold=0.0, margin=0.0)
     assert moves(once) == [("vm:100", "node1", "node3"), ("vm:101", "node2", "node1")]
     assert once.stop_reason == NO_CANDIDATES
-    again = plan_rebalance(s, bundles, threshold=0.0, margin=0.0, max_steps=None, allow_repeat=True)
+    again = plan_rebalance(s, columns(bundles), threshold=0.0, margin=0.0, max_steps=None, allow_repeat=True)
     assert moves(again) == moves(once) + [("vm:100", "node3", "node2")]
     # Loads 0.28125 / 0.28125 / 0: deviations 3/32, 3/32, -6/32 around 6/32 give CV = 1/sqrt(2).
     assert math.isclose(again.after.imbalance, 1 / math.sqrt(2), rel_tol=1e-15)
@@ -265,8 +266,8 @@ def test_allow_repeat_skips_a_bundle_whose_members_another_move_split():
         CompactCandidate("vm:100", ("vm:100", "vm:101"), ("n1", "n2")),
         CompactCandidate("vm:102", ("vm:102", "vm:101"), ("n1", "n2")),
     ]
-    once = plan_rebalance(s, bundles, threshold=0.0, margin=0.0)
-    again = plan_rebalance(s, bundles, threshold=0.0, margin=0.0, allow_repeat=True)
+    once = plan_rebalance(s, columns(bundles), threshold=0.0, margin=0.0)
+    again = plan_rebalance(s, columns(bundles), threshold=0.0, margin=0.0, allow_repeat=True)
     assert moves(once)[:1] == moves(again)[:1] == [("vm:100", "n0", "n1")]
     assert all(step.migration.sid == "vm:100" for step in again.steps)  # never the split bundle
 
@@ -283,9 +284,11 @@ def test_copy_keeps_each_nodes_summing_order():
         s.add_service(sid, ResourceStats.static(cores, 0), True, "node1")
     s.add_service_usage_to_node("node2", "a", ResourceStats.static(0.1, 0))
     s.remove_node("node2")
-    plan = plan_rebalance(s, [CompactCandidate("c", ("c",), ("node3",))], threshold=0.0, margin=0.0, max_steps=0)
+    plan = plan_rebalance(
+        s, columns([CompactCandidate("c", ("c",), ("node3",))]), threshold=0.0, margin=0.0, max_steps=0
+    )
     assert plan.before.nodes[0].cpu == 0.2 + 0.3 + 0.1 == s.view().cpu_loads()[0]
-    moved = plan_rebalance(s, [CompactCandidate("c", ("c",), ("node3",))], threshold=0.0, margin=0.0)
+    moved = plan_rebalance(s, columns([CompactCandidate("c", ("c",), ("node3",))]), threshold=0.0, margin=0.0)
     assert moves(moved) == [("c", "node1", "node3")]
     assert moved.after.nodes[0].cpu == 0.2 + 0.1
 
@@ -297,7 +300,7 @@ def test_moved_services_are_summed_last_on_their_new_node():
     s.add_node("node2", 8, 1 * GiB)
     for sid, cores, node in (("a", 0.1, "node1"), ("b", 0.2, "node2"), ("c", 0.3, "node2"), ("e", 0.8, "node1")):
         s.add_service(sid, ResourceStats.static(cores, 0), True, node)
-    plan = plan_rebalance(s, [CompactCandidate("a", ("a",), ("node2",))], threshold=0.0, margin=0.0)
+    plan = plan_rebalance(s, columns([CompactCandidate("a", ("a",), ("node2",))]), threshold=0.0, margin=0.0)
     assert moves(plan) == [("a", "node1", "node2")]
     assert plan.after.nodes[1].cpu == (0.2 + 0.3 + 0.1) / 8 != (0.1 + 0.2 + 0.3) / 8
 
@@ -310,7 +313,9 @@ def test_dynamic_move_shifts_measured_usage_with_clamping():
     # The guest reports more than its node: the source clamps at 0, the target gains it all.
     s.add_resource("vm:1", ResourceStats(3.0, 4.0, 4 * GiB, 4 * GiB), True, "node1")
     s.add_resource("vm:2", ResourceStats(0.5, 1.0, 1 * GiB, 1 * GiB), True, "node1")
-    plan = plan_rebalance(s, [CompactCandidate("vm:1", ("vm:1", "vm:2"), ("node2",))], threshold=0.0, margin=0.0)
+    plan = plan_rebalance(
+        s, columns([CompactCandidate("vm:1", ("vm:1", "vm:2"), ("node2",))]), threshold=0.0, margin=0.0
+    )
     assert moves(plan) == [("vm:1", "node1", "node2")]
     assert plan.steps[0].resources == ("vm:1", "vm:2")
     assert [(n.cpu, n.mem) for n in plan.after.nodes] == [(0.0, 0.0), (3.5 / 8, 5 / 16), (0.75, 0.75)]
@@ -332,7 +337,7 @@ def test_dynamic_move_shifts_measured_usage_with_clamping():
 def test_invalid_options_are_refused(kwargs, field):
     s, bundles = three_vms_on_node1()
     with pytest.raises(InvalidInputError) as err:
-        plan_rebalance(s, bundles, **kwargs)
+        plan_rebalance(s, columns(bundles), **kwargs)
     assert err.value.field == field
 
 
@@ -340,13 +345,13 @@ def test_expanded_candidates_are_refused():
     s, _ = three_vms_on_node1()
     expanded = [MigrationCandidate(Migration("vm:a", "node1", "node2"), ResourceStats.static(2.0, 8 * GiB))]
     with pytest.raises(InvalidInputError) as err:
-        plan_rebalance(s, expanded)
+        plan_rebalance(s, columns(expanded))
     assert err.value.field == "candidates"
 
 
 def test_wire_form_is_json_with_kebab_case_keys():
     s, bundles = three_vms_on_node1()
-    wire = as_wire(RebalancePlan, plan_rebalance(s, bundles, threshold=0.0, margin=0.0))
+    wire = as_wire(RebalancePlan, plan_rebalance(s, columns(bundles), threshold=0.0, margin=0.0))
     assert json.loads(json.dumps(wire)) == wire
     assert wire["stop-reason"] == THRESHOLD_REACHED and wire["after"]["imbalance"] == 0.0
     assert wire["steps"][0] == {

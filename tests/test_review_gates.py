@@ -15,6 +15,7 @@ from crs_bridge.core.modes import new_scheduler
 from crs_bridge.core.stats import NodeStats, ResourceStats
 from crs_bridge.review_gates import decide
 from crs_bridge.review_settings import Settings
+from tests import columns
 
 GIB = 2**30
 
@@ -40,7 +41,7 @@ def answers(s, settings: Settings):
     ]
 
     def wire(cands) -> dict:
-        explained = explain_migrations(s, cands, settings.method, 1, settings.threshold, settings.margin)
+        explained = explain_migrations(s, columns(cands), settings.method, 1, settings.threshold, settings.margin)
         return as_wire(Explanation, explained)
 
     return wire([]), lambda: (wire(candidates), "derived")

@@ -16,7 +16,7 @@ import pytest
 
 from crs_bridge.client import server_command
 from crs_bridge.core import DynamicScheduler, Migration, MigrationCandidate, NodeStats, ResourceStats
-from crs_bridge.core.candidates import batch_from_candidates
+from crs_bridge.core.candidates import CandidateColumns, batch_from_columns
 from crs_bridge.core.imbalance import imbalance_bounds, node_imbalance
 from crs_bridge.core.scheduler import calculate_node_imbalance, score_migrations, score_nodes_to_start
 from crs_bridge.core.whatif import what_if
@@ -123,7 +123,7 @@ def engine_answer(vector: dict) -> Any:
     ]
     if not candidates:
         return []
-    batch = batch_from_candidates(scheduler.view(), candidates)
+    batch = batch_from_columns(scheduler.view(), CandidateColumns.of(candidates))
     scored = score_migrations(batch, params["limit"], params["method"], params["imbalance"])
     return [{"migration": migration_wire(s.migration), "imbalance": s.imbalance} for s in scored]
 
@@ -188,7 +188,7 @@ def test_the_bruteforce_bounds_hold_on_every_vectors_what_if(formula):
             MigrationCandidate(Migration(c["sid"], c["source-node"], c["target-node"]), engine_stats(c["stats"]))
             for c in params["candidates"]
         ]
-        batch = batch_from_candidates(view, candidates)
+        batch = batch_from_columns(view, CandidateColumns.of(candidates))
         moved = what_if(batch)
         lo, hi = imbalance_bounds(view.loads(), batch.src, moved.load_src, batch.tgt, moved.load_tgt, formula)
         loads = view.loads().tolist()
