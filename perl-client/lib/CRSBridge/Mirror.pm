@@ -131,7 +131,6 @@ sub add_node {
     return 1;
 }
 
-
 =item check($op, @args)
 
 Dies as the method C<$op> (C<add_node>, C<add_resource>, C<legacy_add>) would with C<@args>,
@@ -201,8 +200,9 @@ resource's C<$maxmem> bytes; returns true. An add that might take a node's memor
 server's limit (a memory risk: the memory in use of every node and the maxmem of every
 resource added so far, never decreased, and C<$maxmem> reach 2**61 bytes) records nothing and
 returns false: the caller sends it as a single call, for the server to decide, and records it
-with C<$how> 1 (risky) once the server has accepted it. C<$how> 'check': the checks alone (C<check_resource>); 'move': the
-placement's checks alone (a known stationary resource that starts moving, C<legacy_add>).
+with C<$how> 1 (risky) once the server has accepted it. C<$how> 'check': the checks alone
+(C<check_resource>); 'move': the placement's checks alone (a known stationary resource that
+starts moving, C<legacy_add>).
 
 =cut
 
@@ -242,8 +242,9 @@ sub remove_resource {
 =item legacy_add($node, $sid, $maxmem, $entry, $risky)
 
 Static's C<add_service_usage_to_node>: an unknown sid is added stationary on C<$node> with
-C<$maxmem> bytes (as C<add_resource>, false at a memory risk unless C<$risky>); a stationary one starts moving to C<$node> (with its own maxmem, counted in
-the bound already); a moving one dies with C<resource '<sid>' is already moving to target node
+C<$maxmem> bytes (as C<add_resource>: false at a memory risk unless C<$risky>); a stationary
+one starts moving to C<$node> (with its own maxmem, counted in the bound already); a moving one
+dies with C<resource '<sid>' is already moving to target node
 '<target>'>.
 
 =cut
